@@ -1,0 +1,46 @@
+"""`capi-gpu`: the operator entry point and the ops tools around it.
+
+Each subcommand lives in its own module under ``capi_gpu.cli`` and exposes ``register(subparsers)``;
+this module only wires them. Exit codes scripts can rely on: 0 success, 1 the check failed or the
+thing is not ready, 2 usage or input error, 3 an external system refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_EXTERNAL = 3
+
+# Subcommand modules; a missing one is a packaging bug, not a runtime choice.
+SUBCOMMANDS = ("run", "crds", "layouts", "sim", "dev", "hosts", "nodes", "cost", "autoscaler")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="capi-gpu", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"capi_gpu.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"capi_gpu.cli.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""kopf handlers, kept thin: kwargs -> one service call -> status patch."""

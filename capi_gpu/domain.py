@@ -1,0 +1,77 @@
+"""Every name this provider puts into the API server, defined once.
+
+Labels, annotations, finalizers, condition types and taint keys are part of the provider's public
+contract: users write selectors and runbooks against them. Keeping them in one module means a rename is
+one diff, and nothing else in the code base spells a key as a string literal.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "infrastructure.cluster.x-k8s.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+# The project's own domain, for labels, annotations, conditions and the gate DRA driver.
+DOMAIN: Final = "gpu.infrastructure.cluster.x-k8s.io"
+
+# CAPI core names we read or write.
+CAPI_GROUP: Final = "cluster.x-k8s.io"
+CAPI_VERSION: Final = "v1beta2"
+CAPI_API_VERSION: Final = f"{CAPI_GROUP}/{CAPI_VERSION}"
+CONTRACT_LABEL: Final = "cluster.x-k8s.io/v1beta2"
+CLUSTER_NAME_LABEL: Final = "cluster.x-k8s.io/cluster-name"
+WATCH_FILTER_LABEL: Final = "cluster.x-k8s.io/watch-filter"
+PAUSED_ANNOTATION: Final = "cluster.x-k8s.io/paused"
+MANAGED_BY_ANNOTATION: Final = "cluster.x-k8s.io/managed-by"
+PROVIDER_LABEL: Final = "cluster.x-k8s.io/provider"
+PROVIDER_NAME: Final = "infrastructure-hetzner-gpu"
+REMEDIATE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/remediate-machine"
+DELETE_FOR_MOVE_ANNOTATION: Final = "clusterctl.cluster.x-k8s.io/delete-for-move"
+BLOCK_MOVE_ANNOTATION: Final = "clusterctl.cluster.x-k8s.io/block-move"
+MOVE_LABEL: Final = "clusterctl.cluster.x-k8s.io/move"
+MOVE_HIERARCHY_LABEL: Final = "clusterctl.cluster.x-k8s.io/move-hierarchy"
+CA_MIN_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+CA_MAX_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+CA_CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+CA_ACCELERATOR_LABEL: Final = "cluster-api/accelerator"
+BOOTSTRAP_SENTINEL: Final = "/run/cluster-api/bootstrap-success.complete"
+
+# Provider identity of a Robot server; byte-identical on the Node and the InfraMachine.
+PROVIDER_ID_PREFIX: Final = "hrobot://"
+
+# Finalizers (CAPI convention: <kind plural>.<group>).
+HOST_FINALIZER: Final = f"hetznergpuhosts.{GROUP}"
+MACHINE_FINALIZER: Final = f"hetznergpumachines.{GROUP}"
+CLUSTER_FINALIZER: Final = f"hetznergpuclusters.{GROUP}"
+
+# Host labels written from inspected hardware, so hostSelector can match on facts.
+LABEL_GPU_PRESENT: Final = f"{DOMAIN}/gpu"
+LABEL_GPU_MODEL: Final = f"{DOMAIN}/gpu-model"
+LABEL_GPU_DEVICE_ID: Final = f"{DOMAIN}/gpu-device-id"
+LABEL_MIG_CAPABLE: Final = f"{DOMAIN}/mig-capable"
+LABEL_PRODUCT: Final = f"{DOMAIN}/product"
+LABEL_DATACENTER: Final = f"{DOMAIN}/datacenter"
+LABEL_STANDBY: Final = f"{DOMAIN}/standby"
+LABEL_LAYOUT: Final = f"{DOMAIN}/mig-layout"
+
+# Host annotations (ops levers, as in CAPH).
+ANNOTATION_WIPE_DISK: Final = f"{DOMAIN}/wipe-disk"
+ANNOTATION_PERMANENT_ERROR: Final = f"{DOMAIN}/permanent-error"
+ANNOTATION_REBOOT: Final = f"{DOMAIN}/reboot"
+ANNOTATION_HOST: Final = f"{DOMAIN}/host"
+ANNOTATION_SCALER_OWNER: Final = f"{DOMAIN}/scale-owner"
+ANNOTATION_LAYOUT: Final = f"{DOMAIN}/mig-layout"
+
+# Readiness, three layers.
+NODE_STARTUP_TAINT: Final = "readiness.k8s.io/gpu-not-ready"
+GPU_READY_CONDITION: Final = "GPUReady"
+GATE_DRIVER: Final = f"gate.{DOMAIN}"
+GATE_BINDING_CONDITION: Final = f"{DOMAIN}/gpu-ready"
+GATE_FAILURE_CONDITION: Final = f"{DOMAIN}/gpu-failed"
+NVIDIA_DRIVER: Final = "gpu.nvidia.com"
+NVIDIA_XID_TAINT_PREFIX: Final = "gpu.nvidia.com/"
+
+# Secrets the controller generates (never logged, never copied into status).
+OS_HOSTKEY_SECRET_SUFFIX: Final = "-os-hostkey"

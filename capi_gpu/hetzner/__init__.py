@@ -1,0 +1,1 @@
+"""Hetzner clients: Robot (httpx + tenacity + one account-wide budget) and hcloud (control-plane LB)."""

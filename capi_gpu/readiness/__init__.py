@@ -1,0 +1,1 @@
+"""The three readiness layers: node taint + condition, Machine readinessGate, DRA binding conditions."""

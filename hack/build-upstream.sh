@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Builds the pinned upstream binaries the tests and `capi-gpu dev up` run against, into a cache
+# outside the repository keyed by version. Idempotent: a component whose stamp file exists is reused.
+#
+#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize]...
+#
+# Layout:  $CAPI_GPU_CACHE/bin/k8s-<ver>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
+#          $CAPI_GPU_CACHE/bin/kine-<ver>/kine
+#          $CAPI_GPU_CACHE/bin/capi-<ver>/{cluster-api-manager,crds/*.yaml}
+#          $CAPI_GPU_CACHE/bin/kustomize-<ver>/kustomize
+# KUBEBUILDER_ASSETS, when set, supplies kube-apiserver (and kubectl) instead of building them.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+CACHE=${CAPI_GPU_CACHE:-$HOME/.cache/capi-gpu}
+BIN=$CACHE/bin
+WORK=$CACHE/build
+mkdir -p "$BIN" "$WORK"
+
+step=""
+trap 'rc=$?; if [ $rc -ne 0 ]; then echo "build-upstream: FAILED at step: ${step} (exit $rc). Log above; rerun hack/build-upstream.sh after fixing." >&2; fi' EXIT
+
+log() { printf '[build-upstream %(%H:%M:%S)T] %s\n' -1 "$*"; }
+
+need_go() {
+  step="check Go toolchain"
+  command -v go >/dev/null 2>&1 || { echo "build-upstream: Go is not installed; install Go >= 1.26 (https://go.dev/dl) and rerun." >&2; exit 2; }
+  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+}
+
+wrapper() { # wrapper <dir>: fresh module dir
+  rm -rf "$1"; mkdir -p "$1"; cd "$1"; go mod init "local/$(basename "$1")" >/dev/null 2>&1
+}
+
+build_k8s() {
+  local out=$BIN/k8s-$KUBERNETES_VERSION
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ]; then
+    log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS supplies kube-apiserver; still need scheduler/controller-manager"
+  fi
+  if [ -f "$out/.done" ]; then log "k8s $KUBERNETES_VERSION: cached in $out"; return; fi
+  need_go
+  step="k8s: prepare wrapper module"; log "$step"
+  wrapper "$WORK/k8s-$KUBERNETES_VERSION"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  step="k8s: replace staging modules with $KUBERNETES_STAGING_VERSION"; log "$step"
+  for m in $(go mod edit -json "$gomod" | python3 -c 'import json,sys;[print(r["Path"]) for r in json.load(sys.stdin)["Require"] if r["Version"]=="v0.0.0"]'); do
+    go mod edit -replace="$m=$m@$KUBERNETES_STAGING_VERSION"
+  done
+  step="k8s: go get k8s.io/kubernetes@$KUBERNETES_VERSION"; log "$step"
+  go get "k8s.io/kubernetes@$KUBERNETES_VERSION"
+  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  local ldf="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  mkdir -p "$out.tmp"
+  for c in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+    step="k8s: go build $c"; log "$step"
+    go build -trimpath -ldflags "$ldf" -o "$out.tmp/$c" "k8s.io/kubernetes/cmd/$c"
+  done
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "k8s $KUBERNETES_VERSION: built into $out"
+}
+
+build_kine() {
+  local out=$BIN/kine-$KINE_VERSION
+  if [ -f "$out/.done" ]; then log "kine $KINE_VERSION: cached in $out"; return; fi
+  need_go
+  step="kine: wrapper module + go get"; log "$step"
+  wrapper "$WORK/kine-$KINE_VERSION"
+  go get "github.com/k3s-io/kine@$KINE_VERSION"
+  step="kine: go build"; log "$step"
+  mkdir -p "$out.tmp"
+  go build -trimpath -ldflags "-s -w" -o "$out.tmp/kine" github.com/k3s-io/kine
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "kine $KINE_VERSION: built into $out"
+}
+
+build_capi() {
+  local out=$BIN/capi-$CAPI_VERSION
+  if [ -f "$out/.done" ]; then log "capi $CAPI_VERSION: cached in $out"; return; fi
+  need_go
+  step="capi: wrapper module (api submodule pinned to $CAPI_VERSION)"; log "$step"
+  wrapper "$WORK/capi-$CAPI_VERSION"
+  # The root module replaces sigs.k8s.io/cluster-api/api with ./api; a wrapper must pin it instead.
+  go mod edit -replace="sigs.k8s.io/cluster-api/api=sigs.k8s.io/cluster-api/api@$CAPI_VERSION"
+  step="capi: go get sigs.k8s.io/cluster-api@$CAPI_VERSION"; log "$step"
+  go get "sigs.k8s.io/cluster-api@$CAPI_VERSION"
+  local dir
+  dir=$(go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$out.tmp/crds"
+  step="capi: go build core manager"; log "$step"
+  go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION" -o "$out.tmp/cluster-api-manager" sigs.k8s.io/cluster-api/core
+  step="capi: copy CRDs from the module"; log "$step"
+  cp "$dir"/core/config/crd/bases/*.yaml "$dir"/bootstrap/kubeadm/config/crd/bases/*.yaml \
+     "$dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$out.tmp/crds/"
+  chmod -R u+w "$out.tmp"
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "capi $CAPI_VERSION: built into $out"
+}
+
+build_kustomize() {
+  local out=$BIN/kustomize-$KUSTOMIZE_VERSION
+  if [ -f "$out/.done" ]; then log "kustomize $KUSTOMIZE_VERSION: cached in $out"; return; fi
+  need_go
+  step="kustomize: go install"; log "$step"
+  mkdir -p "$out.tmp"
+  GOBIN="$out.tmp" go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "kustomize $KUSTOMIZE_VERSION: built into $out"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
+for t in "${targets[@]}"; do
+  case $t in
+    all) build_kine; build_kustomize; build_capi; build_k8s ;;
+    k8s) build_k8s ;; kine) build_kine ;; capi) build_capi ;; kustomize) build_kustomize ;;
+    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize)" >&2; exit 2 ;;
+  esac
+done
+step=""
+log "done; binaries under $BIN"
