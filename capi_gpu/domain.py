@@ -72,6 +72,12 @@ GATE_BINDING_CONDITION: Final = f"{DOMAIN}/gpu-ready"
 GATE_FAILURE_CONDITION: Final = f"{DOMAIN}/gpu-failed"
 NVIDIA_DRIVER: Final = "gpu.nvidia.com"
 NVIDIA_XID_TAINT_PREFIX: Final = "gpu.nvidia.com/"
+# The one device in each node's gate ResourceSlice, and the DeviceClass that selects it (named like the
+# driver, as NVIDIA names gpu.nvidia.com's class).
+GATE_DEVICE_NAME: Final = "gate"
+GATE_DEVICE_CLASS: Final = GATE_DRIVER
+# On shipped ResourceClaimTemplates: the exact MIG profile the template asks for.
+ANNOTATION_MIG_PROFILE: Final = f"{DOMAIN}/mig-profile"
 
 # Secrets the controller generates (never logged, never copied into status).
 OS_HOSTKEY_SECRET_SUFFIX: Final = "-os-hostkey"
