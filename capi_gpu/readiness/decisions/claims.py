@@ -1,0 +1,347 @@
+"""The claim layer of the gate: our gate device's slice, and when its binding condition turns True.
+
+NVIDIA's slices carry no ``bindingConditions`` and belong to NVIDIA's kubelet plugin, so we publish our
+own node-local pool with one ``gate`` device per GPU node. The shipped ResourceClaimTemplates ask for a
+MIG device *and* the gate device; kube-scheduler copies the gate's binding conditions into the
+allocation and waits in PreBind (polling every 5 s) until ``status.devices[]`` for the gate says
+``gpu-ready`` True (bind) or ``gpu-failed`` True (deallocate and try again, possibly elsewhere).
+
+Co-location needs no ``matchAttribute`` constraint: both the NVIDIA slice and the gate slice set
+``nodeName``, and the allocator only offers a pod node-local devices of the node it is filtering, so
+both results always name the pod's node as their pool. NVIDIA publishes no node-valued attribute a
+constraint could match on anyway (``pcieRoot``/``pciBusID`` do not exist on our device). We still check
+it, and fail the claim if it ever does not hold.
+
+``bindsToNode`` is left unset: the allocator already pins an allocation that uses any ``nodeName`` slice
+to that node (``allocation.nodeSelector`` = the node), which is exactly what ``bindsToNode`` would add.
+It only matters for devices reachable from many nodes.
+
+Policy (``claim_gate_decision``), measured from ``allocation.allocationTimestamp``:
+
+* bind when the node's verdict is Ready and every GPU result is in the node's current pool without a
+  ``NoSchedule``/``NoExecute`` taint the result does not tolerate;
+* fail at once when waiting cannot help: a GPU device tainted, missing from a complete and ready pool,
+  on another node than the gate, or the node's verdict is ``HostMismatch``, ``LayoutMismatch`` or
+  ``DeviceTainted``;
+* wait while the cause may be our watch lagging the scheduler's or a republish in flight (no verdict
+  yet, ``NoSlices``, ``PoolIncomplete``, ``StaleGeneration``, a device not yet seen in an incomplete
+  pool), for at most ``grace`` (60 s, well under the scheduler's 600 s ``bindingTimeout``, so the pod
+  gets a reason and another node instead of a silent timeout); then fail.
+
+Decisions are sticky: once either condition is True on the claim nothing more is written. A node that
+goes bad after binding is handled by the node taint and the driver's device taints, not by rewriting a
+claim the scheduler no longer reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import hashlib
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from capi_gpu import domain
+from capi_gpu.readiness.decisions import node as node_decisions
+from capi_gpu.readiness.decisions import pools
+
+DEFAULT_GATE_GRACE = datetime.timedelta(seconds=60)
+_NAME_LIMIT = 253
+
+
+class GateOutcome(enum.StrEnum):
+    NOT_GATED = "NotGated"
+    SETTLED = "Settled"
+    WAIT = "Wait"
+    BIND = "Bind"
+    FAIL = "Fail"
+
+
+class GateReason(enum.StrEnum):
+    """Reasons written on the gate device's conditions (and shown in the scheduler's PreBind error)."""
+
+    GPU_READY = "GPUReady"
+    NODE_UNKNOWN = "NodeUnknown"
+    NODE_NOT_READY = "NodeNotReady"
+    DEVICE_MISSING = "DeviceMissing"
+    DEVICE_TAINTED = "DeviceTainted"
+    NOT_COLOCATED = "NotColocated"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimGateDecision:
+    """``entries`` are the whole ``status.devices[]`` items to upsert (key driver+pool+device+shareID)."""
+
+    outcome: GateOutcome
+    reason: GateReason | None = None
+    message: str = ""
+    node: str | None = None
+    entries: tuple[dict[str, Any], ...] = ()
+    recheck_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Finding:
+    reason: GateReason
+    message: str
+    transient: bool
+
+
+def gate_slice_name(node_name: str) -> str:
+    name = f"{node_name}-{domain.GATE_DRIVER}"
+    if len(name) <= _NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+    return f"{node_name[: _NAME_LIMIT - len(digest) - 6]}-{digest}-gate"
+
+
+def gate_slice(node_name: str, generation: int, *, node_uid: str | None = None) -> dict[str, Any]:
+    """The ResourceSlice our gate driver publishes for one GPU node (one pool, one slice, one device).
+
+    With ``node_uid`` the slice is owned by the Node, so deleting the Node garbage-collects it.
+    """
+    metadata: dict[str, Any] = {"name": gate_slice_name(node_name)}
+    if node_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": {
+            "driver": domain.GATE_DRIVER,
+            "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+            "nodeName": node_name,
+            "devices": [
+                {
+                    "name": domain.GATE_DEVICE_NAME,
+                    "allowMultipleAllocations": True,
+                    "bindingConditions": [domain.GATE_BINDING_CONDITION],
+                    "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
+                }
+            ],
+        },
+    }
+
+
+def claim_gate_decision(
+    claim: Mapping[str, Any],
+    node_verdicts: Mapping[str, pools.PoolVerdict],
+    current_pool_devices: Mapping[str, pools.CurrentPool],
+    now: datetime.datetime,
+    *,
+    grace: datetime.timedelta = DEFAULT_GATE_GRACE,
+) -> ClaimGateDecision:
+    """Decide the gate device's binding condition for one allocated claim.
+
+    ``node_verdicts`` and ``current_pool_devices`` (from ``pools.current_pools``) are keyed by node name,
+    which is also the NVIDIA and the gate pool name.
+    """
+    status = _map(claim.get("status"))
+    allocation = _map(status.get("allocation"))
+    results = [_map(r) for r in _map(allocation.get("devices")).get("results") or []]
+    gates = [r for r in results if r.get("driver") == domain.GATE_DRIVER]
+    if not gates:
+        return ClaimGateDecision(GateOutcome.NOT_GATED)
+    existing = [_map(d) for d in status.get("devices") or []]
+    node_name = str(gates[0].get("pool", ""))
+    if _settled(gates, existing):
+        return ClaimGateDecision(GateOutcome.SETTLED, node=node_name)
+    gpus = [r for r in results if r.get("driver") == domain.NVIDIA_DRIVER]
+    finding = _assess(
+        node_name, gates, gpus, node_verdicts.get(node_name), current_pool_devices.get(node_name)
+    )
+    generation = _map(claim.get("metadata")).get("generation")
+    if finding is None:
+        message = f"node {node_name} GPU ready and the claim's devices are in its current pool"
+        entries = _entries(
+            gates,
+            existing,
+            ready=True,
+            reason=GateReason.GPU_READY,
+            message=message,
+            now=now,
+            generation=generation,
+        )
+        return ClaimGateDecision(GateOutcome.BIND, GateReason.GPU_READY, message, node_name, entries)
+    deadline = _allocated_at(claim) + grace if finding.transient else None
+    if deadline is not None and now < deadline:
+        return ClaimGateDecision(
+            GateOutcome.WAIT, finding.reason, finding.message, node_name, recheck_at=deadline
+        )
+    message = finding.message if deadline is None else f"{finding.message} (still after {grace})"
+    entries = _entries(
+        gates, existing, ready=False, reason=finding.reason, message=message, now=now, generation=generation
+    )
+    return ClaimGateDecision(GateOutcome.FAIL, finding.reason, message, node_name, entries)
+
+
+def _assess(
+    node_name: str,
+    gates: Sequence[Mapping[str, Any]],
+    gpus: Sequence[Mapping[str, Any]],
+    verdict: pools.PoolVerdict | None,
+    pool: pools.CurrentPool | None,
+) -> _Finding | None:
+    """The first reason not to bind, most decisive first: a fatal device problem beats the node's state,
+    which beats a device we have not seen yet (the node's state usually explains that)."""
+    elsewhere = sorted({str(r.get("pool")) for r in [*gates, *gpus]} - {node_name})
+    if elsewhere:
+        message = f"gate on {node_name} but devices in pools {', '.join(elsewhere)}"
+        return _Finding(GateReason.NOT_COLOCATED, message, transient=False)
+    devices = pool.devices if pool is not None else {}
+    for result in gpus:
+        device = devices.get(str(result.get("device", "")))
+        if device is not None and (tainted := _untolerated(node_name, result, device)) is not None:
+            return tainted
+    if verdict is None:
+        return _Finding(
+            GateReason.NODE_UNKNOWN, f"node {node_name} has not been evaluated yet", transient=True
+        )
+    if not verdict.ready:
+        message = f"node {node_name} not GPU ready: {verdict.reason}: {verdict.message}"
+        return _Finding(GateReason.NODE_NOT_READY, message, transient=_transient(verdict.reason))
+    missing = sorted(str(r.get("device", "")) for r in gpus if str(r.get("device", "")) not in devices)
+    if missing:
+        where = (
+            f"generation {pool.generation} of pool {node_name}" if pool is not None else f"pool {node_name}"
+        )
+        trusted = pool is not None and pool.complete
+        message = f"{', '.join(missing)} not in {where}"
+        return _Finding(GateReason.DEVICE_MISSING, message, transient=not trusted)
+    return None
+
+
+def _untolerated(node_name: str, result: Mapping[str, Any], device: pools.PoolDevice) -> _Finding | None:
+    tolerations = [_map(t) for t in result.get("tolerations") or []]
+    untolerated = [t for t in device.blocking_taints if not any(_tolerates(x, t) for x in tolerations)]
+    if not untolerated:
+        return None
+    taints = ", ".join(t.describe() for t in untolerated)
+    message = f"device {device.name} on {node_name} is tainted ({taints})"
+    return _Finding(GateReason.DEVICE_TAINTED, message, transient=False)
+
+
+def _transient(reason: pools.PoolReason) -> bool:
+    """Whether a node verdict may clear on its own within the grace period."""
+    match reason:
+        case (
+            pools.PoolReason.NO_SLICES | pools.PoolReason.POOL_INCOMPLETE | pools.PoolReason.STALE_GENERATION
+        ):
+            return True
+        case (
+            pools.PoolReason.HOST_MISMATCH
+            | pools.PoolReason.LAYOUT_MISMATCH
+            | pools.PoolReason.DEVICE_TAINTED
+            | pools.PoolReason.READY
+        ):
+            return False
+        case _:
+            typing.assert_never(reason)
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: pools.DeviceTaint) -> bool:
+    """DeviceToleration semantics (KEP-5055): empty effect matches all, Exists with empty key matches all."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.effect:
+        return False
+    key = toleration.get("key") or ""
+    if (toleration.get("operator") or "Equal") == "Exists":
+        return not key or key == taint.key
+    return key == taint.key and (toleration.get("value") or "") == taint.value
+
+
+def _settled(gates: Sequence[Mapping[str, Any]], existing: Sequence[Mapping[str, Any]]) -> bool:
+    def true(entry: Mapping[str, Any] | None, condition: str) -> bool:
+        conditions = _map(entry).get("conditions") or []
+        return any(_map(c).get("type") == condition and _map(c).get("status") == "True" for c in conditions)
+
+    entries = [_matching(g, existing) for g in gates]
+    bound = all(true(e, domain.GATE_BINDING_CONDITION) for e in entries)
+    return bound or any(true(e, domain.GATE_FAILURE_CONDITION) for e in entries)
+
+
+def _entries(
+    gates: Sequence[Mapping[str, Any]],
+    existing: Sequence[Mapping[str, Any]],
+    *,
+    ready: bool,
+    reason: GateReason,
+    message: str,
+    now: datetime.datetime,
+    generation: object,
+) -> tuple[dict[str, Any], ...]:
+    message = node_decisions.truncate(message)
+    wanted = {domain.GATE_BINDING_CONDITION: ready, domain.GATE_FAILURE_CONDITION: not ready}
+    out = []
+    for gate in gates:
+        entry = {k: gate[k] for k in ("driver", "pool", "device", "shareID") if gate.get(k)}
+        previous = _map(_matching(gate, existing))
+        old = {str(_map(c).get("type")): _map(c) for c in previous.get("conditions") or []}
+        conditions = [dict(c) for t, c in old.items() if t not in wanted]
+        for condition_type, is_true in wanted.items():
+            status = "True" if is_true else "False"
+            transition = node_decisions.rfc3339(now)
+            before = old.get(condition_type)
+            if before and before.get("status") == status and before.get("lastTransitionTime"):
+                transition = str(before["lastTransitionTime"])
+            condition: dict[str, Any] = {
+                "type": condition_type,
+                "status": status,
+                "reason": reason.value,
+                "message": message,
+                "lastTransitionTime": transition,
+            }
+            if isinstance(generation, int):
+                condition["observedGeneration"] = generation
+            conditions.append(condition)
+        entry["conditions"] = conditions
+        out.append(entry)
+    return tuple(out)
+
+
+def device_status_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """The ``status.devices`` map key: driver, pool, device, shareID."""
+    return (
+        str(entry.get("driver", "")),
+        str(entry.get("pool", "")),
+        str(entry.get("device", "")),
+        str(entry.get("shareID") or ""),
+    )
+
+
+def merged_device_statuses(
+    claim: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The claim's whole ``status.devices`` with ``entries`` upserted, for writers that replace the list."""
+    merged = {
+        device_status_key(d): dict(d)
+        for d in (_map(x) for x in _map(claim.get("status")).get("devices") or [])
+    }
+    for entry in entries:
+        merged[device_status_key(entry)] = dict(entry)
+    return list(merged.values())
+
+
+def _matching(gate: Mapping[str, Any], existing: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    key = device_status_key(gate)
+    return next((e for e in existing if device_status_key(e) == key), None)
+
+
+def _allocated_at(claim: Mapping[str, Any]) -> datetime.datetime:
+    """When the grace period started; falls back to the claim's creation, then to the epoch (fail now)."""
+    status = _map(claim.get("status"))
+    for raw in (
+        _map(status.get("allocation")).get("allocationTimestamp"),
+        _map(claim.get("metadata")).get("creationTimestamp"),
+    ):
+        if isinstance(raw, str) and raw:
+            return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    return datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,147 @@
+"""What a pool verdict means for the Node and for the CAPI Machine: the smallest change, or none.
+
+The daemon watching a workload cluster reacts to every Node and ResourceSlice event, so most evaluations
+change nothing; writing anyway would bump resourceVersions, wake every other watcher and feed back into
+our own watch. Hence: a patch only when status, reason or message of ``GPUReady`` changes, and
+``lastTransitionTime`` moves only when the status does.
+
+Two subresources are involved and the apiserver keeps them apart (the Node strategy resets ``status`` on
+a main-resource write and ``spec`` on a status write), so "one patch" means at most one per subresource:
+
+* ``nodes/status``: a strategic-merge patch of ``status.conditions`` (merged by ``type``, so other
+  conditions are untouched);
+* ``nodes``: ``spec.taints``, which has no merge key and is replaced whole; the patch therefore carries
+  the ``resourceVersion`` it was computed from, and a concurrent taint writer makes it fail with 409
+  instead of being silently overwritten (the same optimistic locking Node Readiness Controller uses).
+
+Order matters for observers: becoming ready writes the condition before lifting the taint (whoever sees
+an untainted node sees ``GPUReady=True``); becoming unready taints first, so scheduling stops as early
+as possible. ``own_taint=False`` leaves the taint to a NodeReadinessRule that reads our condition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from capi_gpu import domain
+from capi_gpu.readiness.decisions import pools
+
+STARTUP_TAINT_EFFECT = "NoSchedule"
+MESSAGE_LIMIT = 4096
+
+
+class NodeSubresource(enum.StrEnum):
+    NODE = "node"
+    STATUS = "status"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePatch:
+    """Patch bodies for the Node; ``None`` where that subresource needs no write."""
+
+    status: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+    taint_first: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return self.status is None and self.spec is None
+
+    def ordered(self) -> tuple[tuple[NodeSubresource, dict[str, Any]], ...]:
+        """The writes to make, in the order that keeps observers safe."""
+        writes = [(NodeSubresource.STATUS, self.status), (NodeSubresource.NODE, self.spec)]
+        if self.taint_first:
+            writes.reverse()
+        return tuple((sub, body) for sub, body in writes if body is not None)
+
+
+def rfc3339(now: datetime.datetime) -> str:
+    """metav1.Time as the apiserver writes it: UTC, second precision. A naive clock is a bug, not UTC."""
+    if now.tzinfo is None:
+        raise ValueError("the clock must be timezone-aware")
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_gate_patch(
+    node: Mapping[str, Any], verdict: pools.PoolVerdict, now: datetime.datetime, *, own_taint: bool = True
+) -> NodePatch:
+    """The Node changes that make ``GPUReady`` and the startup taint agree with ``verdict``."""
+    status = "True" if verdict.ready else "False"
+    message = truncate(verdict.message)
+    conditions = _map(node.get("status")).get("conditions") or []
+    previous = next((_map(c) for c in conditions if _map(c).get("type") == domain.GPU_READY_CONDITION), None)
+    status_body: dict[str, Any] | None = None
+    if previous is None or (previous.get("status"), previous.get("reason"), previous.get("message")) != (
+        status,
+        verdict.reason.value,
+        message,
+    ):
+        stamp = rfc3339(now)
+        transition = stamp
+        if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+            transition = str(previous["lastTransitionTime"])
+        condition = {
+            "type": domain.GPU_READY_CONDITION,
+            "status": status,
+            "reason": verdict.reason.value,
+            "message": message,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": transition,
+        }
+        status_body = {"status": {"conditions": [condition]}}
+    spec_body = _taint_body(node, want_taint=not verdict.ready) if own_taint else None
+    return NodePatch(status=status_body, spec=spec_body, taint_first=not verdict.ready)
+
+
+def _taint_body(node: Mapping[str, Any], *, want_taint: bool) -> dict[str, Any] | None:
+    taints = [_map(t) for t in _map(node.get("spec")).get("taints") or []]
+    ours = [t for t in taints if t.get("key") == domain.NODE_STARTUP_TAINT]
+    exact = len(ours) == 1 and ours[0].get("effect") == STARTUP_TAINT_EFFECT
+    if exact if want_taint else not ours:
+        return None
+    # Our key with any other effect or duplicated is normalised to exactly one NoSchedule taint.
+    kept = [dict(t) for t in taints if t.get("key") != domain.NODE_STARTUP_TAINT]
+    if want_taint:
+        kept.append({"key": domain.NODE_STARTUP_TAINT, "effect": STARTUP_TAINT_EFFECT})
+    body: dict[str, Any] = {"spec": {"taints": kept}}
+    resource_version = _map(node.get("metadata")).get("resourceVersion")
+    if resource_version:
+        body["metadata"] = {"resourceVersion": str(resource_version)}
+    return body
+
+
+def machine_condition(
+    verdict: pools.PoolVerdict,
+    now: datetime.datetime,
+    observed_generation: int,
+    previous: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The CAPI Machine's ``GPUReady`` condition (metav1.Condition), named by the readinessGates.
+
+    ``previous`` is the condition currently on the Machine, so ``lastTransitionTime`` survives a
+    re-evaluation that does not flip the status.
+    """
+    status = "True" if verdict.ready else "False"
+    transition = rfc3339(now)
+    if previous and previous.get("status") == status and previous.get("lastTransitionTime"):
+        transition = str(previous["lastTransitionTime"])
+    return {
+        "type": domain.GPU_READY_CONDITION,
+        "status": status,
+        "observedGeneration": observed_generation,
+        "lastTransitionTime": transition,
+        "reason": verdict.reason.value,
+        "message": truncate(verdict.message),
+    }
+
+
+def truncate(message: str) -> str:
+    return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,71 @@
+"""Gate ResourceSlice shape: driver name limits, node-local pool, one shared device, binding conditions."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from capi_gpu import domain
+from capi_gpu.readiness import decisions
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+QUALIFIED_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def test_gate_driver_name_is_a_valid_driver_name() -> None:
+    # Driver names: DNS subdomain of at most 63 characters (resource.k8s.io validation).
+    assert len(domain.GATE_DRIVER) <= 63
+    assert all(DNS_LABEL.match(part) for part in domain.GATE_DRIVER.split("."))
+
+
+@pytest.mark.parametrize("condition", [domain.GATE_BINDING_CONDITION, domain.GATE_FAILURE_CONDITION])
+def test_condition_types_are_qualified_names(condition: str) -> None:
+    prefix, name = condition.split("/")
+    assert QUALIFIED_NAME.match(condition)
+    assert len(name) <= 63 and len(prefix) <= 253
+
+
+def test_gate_slice_shape() -> None:
+    body = decisions.gate_slice("gex131-a", 3, node_uid="0b8e-uid")
+    assert body["apiVersion"] == "resource.k8s.io/v1"
+    assert body["kind"] == "ResourceSlice"
+    assert body["metadata"] == {
+        "name": f"gex131-a-{domain.GATE_DRIVER}",
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": "gex131-a", "uid": "0b8e-uid", "controller": True}
+        ],
+    }
+    spec = body["spec"]
+    assert spec["driver"] == domain.GATE_DRIVER
+    assert spec["pool"] == {"name": "gex131-a", "generation": 3, "resourceSliceCount": 1}
+    assert spec["nodeName"] == "gex131-a"
+    (device,) = spec["devices"]
+    assert device == {
+        "name": "gate",
+        "allowMultipleAllocations": True,
+        "bindingConditions": [domain.GATE_BINDING_CONDITION],
+        "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
+    }
+    # nodeName already pins allocations to the node; bindsToNode would only repeat it.
+    assert "bindsToNode" not in device
+    # Exactly one of nodeName/nodeSelector/allNodes/perDeviceNodeSelection.
+    assert not {"nodeSelector", "allNodes", "perDeviceNodeSelection"} & spec.keys()
+
+
+def test_gate_slice_without_owner() -> None:
+    assert "ownerReferences" not in decisions.gate_slice("n", 1)["metadata"]
+
+
+def test_long_node_names_still_give_a_valid_slice_name() -> None:
+    node = ".".join(["a" * 60] * 4)  # 243 characters: a valid node name
+    name = decisions.gate_slice(node, 1)["metadata"]["name"]
+    assert len(name) <= 253
+    assert name != decisions.gate_slice(node[:-1] + "b", 1)["metadata"]["name"]
+    assert decisions.gate_slice(node, 1)["spec"]["pool"]["name"] == node
+
+
+def test_gate_slice_is_what_a_pool_reader_sees_as_one_complete_pool() -> None:
+    (pool,) = decisions.current_pools([decisions.gate_slice("n", 2)], "n", domain.GATE_DRIVER).values()
+    assert pool.complete
+    assert set(pool.devices) == {domain.GATE_DEVICE_NAME}
