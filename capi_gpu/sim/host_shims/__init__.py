@@ -1,0 +1,93 @@
+"""Programs the simulator puts inside a simulated host, as {path in guest: GuestFile}.
+
+Why as data: the same shims reach a host two ways. The simulator writes the rescue ones straight into
+the rescue view (Hetzner's rescue system ships them), while the installed OS gets ``kubeadm`` the way a
+real node does, from a package; ``capi_gpu.sim.aptrepo`` packages ``kubeadm_files()`` into its stand-in
+``kubeadm`` .deb. Each shim is a standalone Python module of this package (standard library plus PyYAML,
+which the guest tree includes), so it is type-checked and linted with the rest of the code and runs with
+the guest's own python3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+SHEBANG = "#!/usr/bin/python3\n"
+
+
+@dataclass(frozen=True)
+class GuestFile:
+    """A file to place in a guest tree; ``link`` makes it a symlink to that target instead."""
+
+    content: bytes
+    mode: int = 0o755
+    link: str | None = None
+
+
+def _script(module: str) -> bytes:
+    text = resources.files(__package__).joinpath(f"{module}.py").read_text()
+    return (SHEBANG + text).encode()
+
+
+def _link(target: str) -> GuestFile:
+    return GuestFile(b"", 0o777, link=target)
+
+
+def rescue_files() -> dict[str, GuestFile]:
+    """What Hetzner's rescue system offers that the provider uses: installimage and hardware tools."""
+    hw = GuestFile(_script("hwinfo"))
+    power = GuestFile(_script("power"))
+    return {
+        "/root/.oldroot/nfs/install/installimage": GuestFile(_script("installimage")),
+        "/usr/local/sbin/installimage": _link("/root/.oldroot/nfs/install/installimage"),
+        "/usr/local/lib/sim/hwinfo": hw,
+        "/usr/bin/lsblk": _link("/usr/local/lib/sim/lsblk"),
+        "/usr/local/lib/sim/lsblk": _link("hwinfo"),
+        "/usr/bin/lspci": _link("/usr/local/lib/sim/lspci"),
+        "/usr/local/lib/sim/lspci": _link("hwinfo"),
+        "/usr/sbin/smartctl": _link("/usr/local/lib/sim/smartctl"),
+        "/usr/local/lib/sim/smartctl": _link("hwinfo"),
+        "/usr/local/lib/sim/power": power,
+        "/usr/local/lib/sim/reboot": _link("power"),
+        "/usr/local/lib/sim/poweroff": _link("power"),
+        "/usr/sbin/reboot": _link("/usr/local/lib/sim/reboot"),
+        "/usr/sbin/poweroff": _link("/usr/local/lib/sim/poweroff"),
+        "/usr/sbin/halt": _link("/usr/local/lib/sim/poweroff"),
+        "/usr/sbin/shutdown": _link("/usr/local/lib/sim/reboot"),
+    }
+
+
+CLOUD_INIT_UNIT = b"""[Unit]
+Description=cloud-init stand-in: NoCloud seed, write_files and runcmd (simulated)
+After=network.target ssh.service
+ConditionPathExists=!/etc/cloud/cloud-init.disabled
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/cloud-init boot
+RemainAfterExit=yes
+TimeoutSec=0
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def installed_files() -> dict[str, GuestFile]:
+    """What every installed image brings: cloud-init (enabled at boot) and lspci (pciutils)."""
+    return {
+        "/usr/bin/cloud-init": GuestFile(_script("cloudinit")),
+        "/etc/systemd/system/cloud-init.service": GuestFile(CLOUD_INIT_UNIT, 0o644),
+        "/etc/systemd/system/multi-user.target.wants/cloud-init.service": _link(
+            "/etc/systemd/system/cloud-init.service"),
+        "/usr/local/lib/sim/hwinfo": GuestFile(_script("hwinfo")),
+        "/usr/bin/lspci": _link("/usr/local/lib/sim/lspci"),
+        "/usr/local/lib/sim/lspci": _link("hwinfo"),
+    }
+
+
+def kubeadm_files() -> dict[str, GuestFile]:
+    """The stand-in ``kubeadm`` package's payload (installed by the playbooks from the local apt repo)."""
+    return {"/usr/bin/kubeadm": GuestFile(_script("kubeadm"))}
