@@ -60,7 +60,8 @@ def mig_device(
         "ofaEngines": {"value": str(ofa)},
         "memory": {"value": str(slices * _SLICE_BYTES)},
     }
-    for index in range(placement, placement + slices):
+    # Static MIG announces the NVML placement units a device covers; RTX PRO 6000 has 12, 3 per slice.
+    for index in range(placement, placement + 3 * slices):
         capacity[f"memorySlice{index}"] = {"value": "1"}
     device: dict[str, Any] = {
         "name": mig_name(profile, placement),
@@ -106,12 +107,14 @@ def full_gpu_device() -> dict[str, Any]:
 
 
 def layout_devices(layout: list[tuple[str, int]], *, seed: str = "") -> list[dict[str, Any]]:
-    """MIG devices for ``[(profile, placement start), ...]``."""
+    """MIG devices for ``[(profile, placement start), ...]``; starts are NVML placement units (0/3/6/9)."""
     return [mig_device(p, start, seed=seed) for p, start in layout]
 
 
-BALANCED = [("1g.24gb", 0), ("1g.24gb", 1), ("2g.48gb", 2)]
-ALL_1G = [("1g.24gb", i) for i in range(4)]
+# Placement starts as nvidia-smi mig -lgipp reports them on RTX PRO 6000: quarters at 0/3/6/9, halves at 0/6.
+# BALANCED is where capi_gpu.gpu.layout places all-balanced (largest first, lowest free start).
+BALANCED = [("1g.24gb", 6), ("1g.24gb", 9), ("2g.48gb", 0)]
+ALL_1G = [("1g.24gb", i) for i in (0, 3, 6, 9)]
 
 
 def nvidia_slice(

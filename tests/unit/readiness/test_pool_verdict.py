@@ -13,9 +13,7 @@ from capi_gpu.readiness.decisions import PoolReason
 
 NODE = "gex131-a"
 BALANCED = decisions.ExpectedPool(profiles={"1g.24gb": 2, "2g.48gb": 1})
-BALANCED_NAMES = dataclasses.replace(
-    BALANCED, device_names=frozenset(nv.mig_name(p, s) for p, s in nv.BALANCED)
-)
+BALANCED_NAMES = dataclasses.replace(BALANCED, device_names=frozenset(nv.mig_name(p, s) for p, s in nv.BALANCED))
 
 
 def one(devices: list[dict[str, Any]], **kw: Any) -> list[dict[str, Any]]:
@@ -111,10 +109,10 @@ CASES = [
     ),
     Case(
         "extra-profile-named",
-        one(nv.layout_devices([*nv.BALANCED[:2], ("1g.24gb", 2), ("1g.24gb", 3)])),
+        one(nv.layout_devices(nv.ALL_1G)),
         BALANCED,
         PoolReason.LAYOUT_MISMATCH,
-        ("missing 2g.48gb=1", "unexpected 1g.24gb=2 (gpu-0-mig-1g24gb-14-0", "gpu-0-mig-1g24gb-14-3"),
+        ("missing 2g.48gb=1", "unexpected 1g.24gb=2 (gpu-0-mig-1g24gb-14-0", "gpu-0-mig-1g24gb-14-9"),
     ),
     Case(
         "mig-off-full-gpu",
@@ -131,17 +129,17 @@ CASES = [
     ),
     Case(
         "same-counts-other-placement",
-        one(nv.layout_devices([("2g.48gb", 0), ("1g.24gb", 2), ("1g.24gb", 3)])),
+        one(nv.layout_devices([("2g.48gb", 6), ("1g.24gb", 0), ("1g.24gb", 3)])),
         BALANCED_NAMES,
         PoolReason.LAYOUT_MISMATCH,
-        ("missing devices gpu-0-mig-1g24gb-14-0, gpu-0-mig-1g24gb-14-1, gpu-0-mig-2g48gb-5-2",),
+        ("missing devices gpu-0-mig-1g24gb-14-6, gpu-0-mig-1g24gb-14-9, gpu-0-mig-2g48gb-5-0",),
     ),
     Case(
         "gfx-is-not-plain",
-        one(nv.layout_devices([("1g.24gb+gfx", 0), ("1g.24gb", 1), ("2g.48gb", 2)])),
+        one(nv.layout_devices([("1g.24gb+gfx", 6), ("1g.24gb", 9), ("2g.48gb", 0)])),
         BALANCED,
         PoolReason.LAYOUT_MISMATCH,
-        ("missing 1g.24gb=1", "unexpected 1g.24gb+gfx=1 (gpu-0-mig-1g24gb-gfx-47-0)"),
+        ("missing 1g.24gb=1", "unexpected 1g.24gb+gfx=1 (gpu-0-mig-1g24gb-gfx-47-6)"),
     ),
     Case(
         "minus-me-vs-plus-me",
@@ -158,23 +156,21 @@ CASES = [
         ],
         BALANCED,
         PoolReason.LAYOUT_MISMATCH,
-        ("published more than once: gpu-0-mig-1g24gb-14-0",),
+        ("published more than once: gpu-0-mig-1g24gb-14-6",),
     ),
     Case(
         "xid-noschedule",
-        one([*nv.layout_devices(nv.BALANCED[:2]), nv.mig_device("2g.48gb", 2, taints=[nv.xid_taint(79)])]),
+        one([*nv.layout_devices(nv.BALANCED[:2]), nv.mig_device("2g.48gb", 0, taints=[nv.xid_taint(79)])]),
         BALANCED,
         PoolReason.DEVICE_TAINTED,
-        ("gpu-0-mig-2g48gb-5-2 (gpu.nvidia.com/xid=79:NoSchedule)",),
+        ("gpu-0-mig-2g48gb-5-0 (gpu.nvidia.com/xid=79:NoSchedule)",),
     ),
     Case(
         "gpu-lost-noexecute",
         one(
             [
                 *nv.layout_devices(nv.BALANCED[1:]),
-                nv.mig_device(
-                    "1g.24gb", 0, taints=[{"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"}]
-                ),
+                nv.mig_device("1g.24gb", 6, taints=[{"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"}]),
             ]
         ),
         BALANCED,
@@ -188,7 +184,7 @@ CASES = [
                 *nv.layout_devices(nv.BALANCED[1:]),
                 nv.mig_device(
                     "1g.24gb",
-                    0,
+                    6,
                     taints=[
                         nv.xid_taint(13, "None"),
                         {"key": "gpu.nvidia.com/unmonitored", "effect": "None"},
@@ -202,9 +198,7 @@ CASES = [
     Case(
         "host-disagrees",
         one(nv.layout_devices(nv.BALANCED)),
-        dataclasses.replace(
-            BALANCED, host_agrees=False, host_detail="mig.mode.pending=Enabled current=Disabled"
-        ),
+        dataclasses.replace(BALANCED, host_agrees=False, host_detail="mig.mode.pending=Enabled current=Disabled"),
         PoolReason.HOST_MISMATCH,
         ("mig.mode.pending=Enabled",),
     ),
@@ -218,17 +212,13 @@ CASES = [
     Case(
         "uuids-match-host",
         one(nv.layout_devices(nv.BALANCED, seed="boot2")),
-        dataclasses.replace(
-            BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)
-        ),
+        dataclasses.replace(BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)),
         PoolReason.READY,
     ),
     Case(
         "stale-after-relayout",
         one(nv.layout_devices(nv.ALL_1G, seed="boot1")),
-        dataclasses.replace(
-            BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)
-        ),
+        dataclasses.replace(BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)),
         PoolReason.STALE_GENERATION,
         ("restart it", "pool differs from the MIG layout"),
     ),
@@ -246,7 +236,7 @@ def test_pool_verdict(case: Case) -> None:
 
 
 def test_every_problem_is_reported_in_priority_order() -> None:
-    devices = [nv.mig_device("1g.24gb", 0, taints=[nv.xid_taint()]), *nv.layout_devices(nv.BALANCED[1:2])]
+    devices = [nv.mig_device("1g.24gb", 6, taints=[nv.xid_taint()]), *nv.layout_devices(nv.BALANCED[1:2])]
     expected = dataclasses.replace(BALANCED, host_agrees=False)
     verdict = decisions.pool_verdict(one(devices), NODE, expected)
     assert [p.reason for p in verdict.problems] == [
@@ -258,9 +248,7 @@ def test_every_problem_is_reported_in_priority_order() -> None:
 
 
 def test_long_lists_are_bounded() -> None:
-    devices = [
-        nv.mig_device("1g.24gb", 0, taints=[nv.xid_taint(i)]) | {"name": f"d{i:02}"} for i in range(20)
-    ]
+    devices = [nv.mig_device("1g.24gb", 0, taints=[nv.xid_taint(i)]) | {"name": f"d{i:02}"} for i in range(20)]
     verdict = decisions.pool_verdict(one(devices), NODE, decisions.ExpectedPool(profiles={"1g.24gb": 20}))
     assert verdict.reason is PoolReason.DEVICE_TAINTED
     assert "and 12 more" in verdict.message
@@ -282,4 +270,26 @@ def test_current_pools_exposes_the_newest_generation() -> None:
     (pool,) = decisions.current_pools(slices, NODE).values()
     assert (pool.name, pool.generation, pool.older_slices, pool.complete) == (NODE, 2, 1, True)
     assert set(pool.devices) == {nv.mig_name(p, s) for p, s in nv.BALANCED}
-    assert pool.devices["gpu-0-mig-2g48gb-5-2"].profile == "2g.48gb"
+    assert pool.devices["gpu-0-mig-2g48gb-5-0"].profile == "2g.48gb"
+
+
+@pytest.mark.parametrize(
+    ("spec", "published"),
+    [
+        ("1g.24gb=2,2g.48gb=1", nv.BALANCED),
+        ("1g.24gb=4", nv.ALL_1G),
+        ("1g.24gb+me.all=1", [("1g.24gb+me.all", 0)]),
+        ("4g.96gb+gfx=1", [("4g.96gb+gfx", 0)]),
+    ],
+)
+def test_expected_pool_from_the_layout_matches_what_the_driver_publishes(
+    spec: str, published: list[tuple[str, int]]
+) -> None:
+    """The layout module's device names and our NVIDIA-format fixtures agree (dra-nvidia.md §3)."""
+    from capi_gpu.gpu import catalog, layout
+
+    model = catalog.builtin_catalog()["rtx-pro-6000"]
+    expected = decisions.ExpectedPool.from_devices(layout.expected_devices(model, spec))
+    verdict = decisions.pool_verdict(one(nv.layout_devices(published)), NODE, expected)
+    assert verdict.ready, verdict.message
+    assert expected.device_names == {nv.mig_name(p, s) for p, s in published}
