@@ -163,25 +163,21 @@ class Kube:
         stream: bool = False,
     ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        _, url, header_params, ser_body, _post = self._api.param_serialize(
+            method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
         try:
-            resp = self._api.call_api(
-                path,
-                method,
-                query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
-                async_req=False,
-            )
+            resp = self._api.call_api(method, url, header_params=header_params, body=ser_body, _request_timeout=timeout)
         except ApiException as exc:
             raise _translate(exc) from exc
-        r = resp[0] if isinstance(resp, tuple) else resp
+        if resp.status >= 400:
+            resp.read()
+            raise _translate(ApiException(status=resp.status, reason=resp.reason, body=resp.data))
         if stream:
-            return r
-        data = r.data
-        return json.loads(data) if data else {}
+            return resp.response
+        resp.read()
+        return json.loads(resp.data) if resp.data else {}
 
     def get(self, res: Res, name: str, namespace: str | None = None) -> Obj:
         result: Obj = self._call("GET", res.path(namespace, name))
@@ -299,8 +295,13 @@ class AsyncKube:
         result: Obj | None = await self._run(self.sync.get_or_none, res, name, namespace)
         return result
 
-    async def list(self, res: Res, namespace: str | None = None, label_selector: str | None = None,
-                   field_selector: str | None = None) -> list[Obj]:
+    async def list(
+        self,
+        res: Res,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
         result: list[Obj] = await self._run(self.sync.list, res, namespace, label_selector, field_selector)
         return result
 
@@ -308,8 +309,15 @@ class AsyncKube:
         result: Obj = await self._run(self.sync.create, res, obj, namespace)
         return result
 
-    async def patch(self, res: Res, name: str, patch: Any, namespace: str | None = None,
-                    sub: str | None = None, content_type: str = MERGE_PATCH) -> Obj:
+    async def patch(
+        self,
+        res: Res,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        sub: str | None = None,
+        content_type: str = MERGE_PATCH,
+    ) -> Obj:
         result: Obj = await self._run(self.sync.patch, res, name, patch, namespace, sub, content_type)
         return result
 

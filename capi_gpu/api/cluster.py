@@ -1,0 +1,149 @@
+"""HetznerGPUCluster(+Template): the CAPI InfraCluster: credentials, SSH keys, control-plane endpoint.
+
+Secrets are referenced, never copied: status says whether they could be read, not what they hold.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from capi_gpu.api.base import Conditions, Initialization, KubeModel, ObjectMetaTemplate, list_map
+
+
+class APIEndpoint(KubeModel):
+    """host:port of the workload cluster's API."""
+
+    host: Annotated[str, Field(min_length=1, max_length=512)]
+    """DNS name or IP."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 6443
+    """Port."""
+
+
+class RobotCredentials(KubeModel):
+    """Where the Robot webservice user lives."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    """Secret name in the cluster's namespace."""
+    user_key: str = "robot-user"
+    """Key holding the webservice user."""
+    password_key: str = "robot-password"
+    """Key holding the webservice password."""
+
+
+class SSHKeyRef(KubeModel):
+    """An SSH key pair in a Secret, and its name in Robot."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    """Secret name."""
+    robot_key_name: Annotated[str | None, Field(max_length=64)] = None
+    """Name of the public key in Robot's key store; the Secret name when unset."""
+    private_key_key: str = "ssh-privatekey"
+    """Key holding the private key (OpenSSH PEM)."""
+    public_key_key: str = "ssh-publickey"
+    """Key holding the public key (OpenSSH line)."""
+
+
+class SSHKeys(KubeModel):
+    """Keys the controller logs in with."""
+
+    rescue: SSHKeyRef
+    """Authorized in Robot's rescue system."""
+    os: SSHKeyRef | None = None
+    """Authorized in the installed OS; the rescue key when unset."""
+
+
+class LoadBalancerSpec(KubeModel):
+    """An hcloud Load Balancer in front of the control-plane hosts."""
+
+    enabled: bool = False
+    """Create or adopt a Load Balancer and set controlPlaneEndpoint from it."""
+    name: Annotated[str | None, Field(max_length=63)] = None
+    """Name to create or adopt; <cluster>-kube-apiserver when unset."""
+    type: str = "lb11"
+    """Load Balancer type."""
+    location: str = "fsn1"
+    """hcloud location (eu-central zone for Robot targets)."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 6443
+    """Listen and destination port."""
+    token_ref: RobotCredentials | None = None
+    """Secret with the hcloud token (key: passwordKey)."""
+    api_endpoint: str | None = None
+    """hcloud API endpoint override (tests)."""
+
+
+class HetznerGPUClusterSpec(KubeModel):
+    """Desired state of the infrastructure of one workload cluster."""
+
+    control_plane_endpoint: APIEndpoint | None = None
+    """Set by the user, or by the controller from the Load Balancer."""
+    robot_credentials: RobotCredentials
+    """Robot webservice credentials."""
+    robot_url: Annotated[str, Field(pattern=r"^https?://")] = "https://robot-ws.your-server.de"
+    """Robot webservice base URL."""
+    ssh_keys: SSHKeys
+    """SSH keys for rescue and the installed OS."""
+    control_plane_load_balancer: LoadBalancerSpec = LoadBalancerSpec()
+    """Optional hcloud Load Balancer."""
+    failure_domains: Annotated[list[str], Field(max_length=100)] = []
+    """Hetzner datacenters offered as failure domains, e.g. fsn1-dc14."""
+
+
+class FailureDomain(KubeModel):
+    """A v1beta2 failure domain (list form)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    """Datacenter name."""
+    control_plane: bool | None = None
+    """Whether control-plane machines may go here."""
+    attributes: dict[str, str] | None = None
+    """Free-form attributes."""
+
+
+class HetznerGPUClusterStatus(KubeModel):
+    """Observed state."""
+
+    initialization: Initialization = Initialization()
+    """initialization.provisioned: credentials work and the endpoint is known."""
+    failure_domains: Annotated[list[FailureDomain], Field(max_length=100, json_schema_extra=list_map("name"))] = []
+    """Failure domains."""
+    credentials_hash: str | None = None
+    """Digest of the credentials Secret last used; a change closes an open Robot circuit."""
+    conditions: Conditions = []
+    """Ready, RobotCredentialsValid, LoadBalancerReady."""
+
+
+class HetznerGPUCluster(KubeModel):
+    """The CAPI InfraCluster for a cluster whose machines are Hetzner Robot servers."""
+
+    api_version: str = "infrastructure.cluster.x-k8s.io/v1alpha1"
+    kind: str = "HetznerGPUCluster"
+    metadata: dict[str, object] = {}
+    spec: HetznerGPUClusterSpec
+    status: HetznerGPUClusterStatus = HetznerGPUClusterStatus()
+
+
+class HetznerGPUClusterTemplateResource(KubeModel):
+    """What a HetznerGPUCluster is created from (ClusterClass)."""
+
+    metadata: ObjectMetaTemplate | None = None
+    """Labels and annotations."""
+    spec: HetznerGPUClusterSpec
+    """Cluster spec."""
+
+
+class HetznerGPUClusterTemplateSpec(KubeModel):
+    """Template spec."""
+
+    template: HetznerGPUClusterTemplateResource
+    """The cluster template."""
+
+
+class HetznerGPUClusterTemplate(KubeModel):
+    """Template for HetznerGPUClusters (ClusterClass)."""
+
+    api_version: str = "infrastructure.cluster.x-k8s.io/v1alpha1"
+    kind: str = "HetznerGPUClusterTemplate"
+    metadata: dict[str, object] = {}
+    spec: HetznerGPUClusterTemplateSpec

@@ -1,0 +1,238 @@
+"""HetznerGPUHost: one leased Robot server in the inventory, and everything learned about it.
+
+Status holds what the world can't tell us again: the pinned SSH host keys, the destructive operations
+requested and their outcome, the boot id, the error count. A restarted controller resumes from here and
+never repeats an operation it already recorded (see ``provisioning.states``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from capi_gpu.api.base import Conditions, KubeModel, ObjectReference
+from capi_gpu.api.specs import GPUSpec, InstallImageSpec
+
+
+class HostState(StrEnum):
+    REGISTERING = "Registering"
+    INSPECTING = "Inspecting"
+    AVAILABLE = "Available"
+    STANDBY_PREPARING = "StandbyPreparing"
+    STANDBY = "Standby"
+    PROVISIONING = "Provisioning"
+    PROVISIONED = "Provisioned"
+    DEPROVISIONING = "Deprovisioning"
+    ERROR = "Error"
+    MAINTENANCE = "Maintenance"
+    DELETING = "Deleting"
+
+
+class Step(StrEnum):
+    """Sub-steps of inspecting, preparing and provisioning, in order."""
+
+    RESCUE = "Rescue"  # rescue activated in Robot, reset sent, waiting for rescue SSH
+    INSPECT = "Inspect"  # disks by WWN, GPU from lspci
+    CHECK_DISKS = "CheckDisks"  # SMART and other-Linux checks
+    WIPE = "Wipe"
+    INSTALL = "Install"  # installimage running detached
+    REBOOT_OS = "RebootOS"  # reboot into the installed OS, waiting for pinned-key SSH
+    CONFIGURE = "Configure"  # Ansible: driver, toolkit + CDI, MIG layout, DRA prerequisites, kubelet
+    MIG_REBOOT = "MIGReboot"  # MIG mode needs a reboot; counted, never looping
+    BOOTSTRAP = "Bootstrap"  # cloud-config, then the sentinel
+    DONE = "Done"
+
+
+class ErrorType(StrEnum):
+    REGISTRATION = "RegistrationError"
+    INSPECTION = "InspectionError"
+    PROVISIONING = "ProvisioningError"
+    REBOOT_TIMEOUT = "RebootTimeout"
+    HOST_KEY_MISMATCH = "HostKeyMismatch"
+    INSTALL_FAILED = "InstallImageFailed"
+    ANSIBLE_FAILED = "AnsibleFailed"
+    BOOTSTRAP_FAILED = "BootstrapFailed"
+    DISK_CHECK_FAILED = "DiskCheckFailed"
+    OTHER_LINUX_FOUND = "OtherLinuxFound"
+    DEPROVISIONING = "DeprovisioningError"
+    ROBOT = "RobotError"
+
+
+class RootDeviceHints(KubeModel):
+    """Which disks to install on, by WWN (device names change between rescue and the OS)."""
+
+    wwn: Annotated[str | None, Field(pattern=r"^(0x|eui\.|nvme-eui\.|naa\.)?[0-9a-fA-F.]+$")] = None
+    """One disk by WWN."""
+    raid_wwns: Annotated[list[str] | None, Field(min_length=2, max_length=8)] = None
+    """Two or more disks by WWN for software RAID."""
+
+
+class HostStandby(KubeModel):
+    """Keep this host prepared (installed OS, driver, MIG layout) but not joined."""
+
+    install_image: InstallImageSpec = InstallImageSpec()
+    """OS image settings."""
+    gpu: GPUSpec = GPUSpec()
+    """GPU stack and layout."""
+    kubernetes_version: Annotated[str, Field(pattern=r"^v1\.[0-9]+\.[0-9]+$")] = "v1.36.3"
+    """kubelet/kubeadm version."""
+    template: str | None = None
+    """HetznerGPUMachineTemplate whose standby pool set this; empty when set by hand."""
+
+
+class HetznerGPUHostSpec(KubeModel):
+    """A leased Robot server offered to the pool."""
+
+    server_number: Annotated[int, Field(ge=1)]
+    """Robot server number."""
+    description: Annotated[str | None, Field(max_length=1024)] = None
+    """Free text for operators."""
+    maintenance_mode: bool = False
+    """Take the host out of the pool; a consumer Machine is marked for remediation."""
+    root_device_hints: RootDeviceHints | None = None
+    """Install target disks; the controller picks the inspected NVMe disks when unset."""
+    standby: HostStandby | None = None
+    """Prepare the host up to, not including, the join, so a scale-up costs one bootstrap."""
+    consumer_ref: ObjectReference | None = None
+    """The HetznerGPUMachine using this host. Set by the controller with a conflict-safe patch; in spec
+    so clusterctl move (which never restores status) keeps it."""
+    retired: bool = False
+    """Retired hosts are never chosen again (remediation onExhaustion=Retire, or by hand)."""
+
+
+class DiskInfo(KubeModel):
+    """A disk seen in rescue."""
+
+    wwn: str
+    """World wide name (stable across boots)."""
+    size_bytes: Annotated[int, Field(ge=0)]
+    """Size."""
+    model: str = ""
+    """Model string."""
+    serial: str = ""
+    """Serial number."""
+    rotational: bool = False
+    """Spinning disk."""
+
+
+class GPUInfo(KubeModel):
+    """A GPU seen on the PCI bus."""
+
+    vendor_id: Annotated[str, Field(pattern=r"^[0-9a-f]{4}$")]
+    """PCI vendor id (10de is NVIDIA)."""
+    device_id: Annotated[str, Field(pattern=r"^[0-9a-f]{4}$")]
+    """PCI device id."""
+    model: str = ""
+    """Catalog name, e.g. rtx-pro-6000; empty if the catalog doesn't know it."""
+    mig_capable: bool = False
+    """MIG-capable according to the GPU catalog."""
+    pci_address: str = ""
+    """Bus address, e.g. 0000:01:00.0."""
+
+
+class HardwareDetails(KubeModel):
+    """What inspection found; the template controller derives scale-from-zero capacity from it."""
+
+    cpu_threads: Annotated[int, Field(ge=0)] = 0
+    """Logical CPUs."""
+    memory_mib: Annotated[int, Field(ge=0)] = 0
+    """RAM."""
+    disks: list[DiskInfo] = []
+    """Disks by WWN."""
+    gpus: list[GPUInfo] = []
+    """GPUs."""
+
+
+class RescueHostKey(KubeModel):
+    """A rescue host key as Robot reports it."""
+
+    type: str
+    """Key type as Robot names it (RSA, ED25519, ECDSA)."""
+    fingerprint: Annotated[str, Field(pattern=r"^([0-9a-f]{2}:){15}[0-9a-f]{2}$")]
+    """MD5 fingerprint."""
+
+
+class HostKeys(KubeModel):
+    """Pinned SSH host keys. Public material only."""
+
+    rescue: list[RescueHostKey] = []
+    """Keys of the current rescue activation, from Robot's rescue response."""
+    os: str | None = None
+    """The installed OS's public host key (OpenSSH line), generated by the controller."""
+
+
+class Operation(KubeModel):
+    """A destructive step, recorded before it is sent and completed after."""
+
+    name: Annotated[str, Field(pattern=r"^(rescue|reset-sw|reset-hw|reset-ssh|wipe|installimage|order|mig-reboot)$")]
+    """What was sent."""
+    attempt: Annotated[int, Field(ge=1)] = 1
+    """Attempt number within the current step."""
+    requested_at: datetime
+    """When it was recorded as requested (before sending)."""
+    completed_at: datetime | None = None
+    """When its outcome was recorded."""
+    outcome: str | None = None
+    """Sent, Failed: <reason>, ..."""
+
+
+class HetznerGPUHostStatus(KubeModel):
+    """Observed state of the host."""
+
+    state: HostState = HostState.REGISTERING
+    """Lifecycle state."""
+    step: Step | None = None
+    """Sub-step within Inspecting, StandbyPreparing or Provisioning."""
+    step_started_at: datetime | None = None
+    """When the current step began (drives the reboot ladder timeouts)."""
+    server_name: str | None = None
+    """Robot server name."""
+    ipv4: str | None = None
+    """Main IPv4."""
+    ipv6: str | None = None
+    """IPv6 address (server_ipv6_net + 1)."""
+    datacenter: str | None = None
+    """Robot dc, e.g. FSN1-DC14."""
+    product: str | None = None
+    """Robot product, e.g. GEX131."""
+    reset_types: list[str] = []
+    """Reset types Robot offers for this server."""
+    hardware: HardwareDetails | None = None
+    """Inspected hardware."""
+    host_keys: HostKeys = HostKeys()
+    """Pinned host keys."""
+    boot_id: str | None = None
+    """Boot id last seen over SSH; a change proves a reboot happened."""
+    operations: Annotated[list[Operation], Field(max_length=32)] = []
+    """Recent destructive operations, newest last."""
+    reboot_attempts: Annotated[int, Field(ge=0)] = 0
+    """MIG reboots in the current provisioning."""
+    prepared: str | None = None
+    """Key of the image + GPU settings the host is prepared with (standby matching)."""
+    layout: str | None = None
+    """MIG layout key applied on the host."""
+    mig_devices: list[str] = []
+    """MIG instances nvidia-smi reported after the layout was applied (profile names, sorted)."""
+    error_type: ErrorType | None = None
+    """Class of the last error."""
+    error_count: Annotated[int, Field(ge=0)] = 0
+    """Consecutive errors; drives backoff."""
+    error_message: str | None = None
+    """Last error, sanitized."""
+    last_error_at: datetime | None = None
+    """When the last error happened."""
+    conditions: Conditions = []
+    """Ready, Inspected, Provisioned, RobotReachable, ..."""
+
+
+class HetznerGPUHost(KubeModel):
+    """A leased Hetzner Robot GPU server in the host pool."""
+
+    api_version: str = "infrastructure.cluster.x-k8s.io/v1alpha1"
+    kind: str = "HetznerGPUHost"
+    metadata: dict[str, object] = {}
+    spec: HetznerGPUHostSpec
+    status: HetznerGPUHostStatus = HetznerGPUHostStatus()

@@ -1,0 +1,109 @@
+"""Spec blocks shared by machines, templates and standby hosts: the OS image and the GPU stack.
+
+A standby host is prepared with exactly these blocks, and a claim compares them (``prepared_key``) to
+decide whether the standby matches or must be re-prepared, so they live in one module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from capi_gpu.api.base import KubeModel
+
+DEFAULT_IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.zst"
+IMAGE_SUFFIX_PATTERN = r"^\S+\.(tar|tar\.gz|tgz|tar\.bz|tar\.bz2|tbz|tar\.xz|txz|tar\.zst)$"
+
+
+class FileSystem(StrEnum):
+    EXT4 = "ext4"
+    EXT3 = "ext3"
+    XFS = "xfs"
+    BTRFS = "btrfs"
+    SWAP = "swap"
+
+
+class Partition(KubeModel):
+    """One installimage PART line."""
+
+    mount: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^(/\S*|swap|lvm)$")]
+    """Mount point (/, /boot, ...), swap, or lvm."""
+    file_system: FileSystem
+    """File system for the partition."""
+    size: Annotated[str, Field(pattern=r"^(all|[1-9][0-9]*[MGT])$")]
+    """Size like 1024M, 100G, or all (the last partition only)."""
+
+
+class InstallImageSpec(KubeModel):
+    """What installimage writes from the rescue system."""
+
+    image_path: Annotated[
+        str,
+        Field(default="/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.zst", pattern=IMAGE_SUFFIX_PATTERN),
+    ]
+    """Image (IMAGE line): a path in the rescue system or an http(s) URL of a tar archive."""
+    partitions: Annotated[list[Partition], Field(min_length=1, max_length=16)] = [
+        Partition(mount="/boot", file_system=FileSystem.EXT4, size="1024M"),
+        Partition(mount="/", file_system=FileSystem.EXT4, size="all"),
+    ]
+    """Partitions, in order."""
+    swraid: Annotated[int, Field(ge=0, le=1)] = 1
+    """1 builds a software RAID over the root devices."""
+    swraid_level: Annotated[int, Field(default=1)] = 1
+    """RAID level: 0, 1, 5, 6 or 10."""
+    post_install_script: Annotated[str | None, Field(max_length=65536)] = None
+    """Extra shell run by installimage's -x step after ours (OS host key, NoCloud seed)."""
+
+
+class MigMode(StrEnum):
+    STATIC = "Static"
+    """Layout pre-applied by mig-parted at boot; the NVIDIA DRA plugin announces what exists."""
+    DYNAMIC = "Dynamic"
+    """The NVIDIA DRA driver's DynamicMIG: it creates instances per claim; no layout is pre-applied."""
+
+
+class MigLayout(KubeModel):
+    """The MIG layout: a named preset or explicit profile counts (validated for placement by the controller)."""
+
+    preset: Annotated[str | None, Field(pattern=r"^all-[a-z0-9.+-]+$", max_length=63)] = None
+    """A mig-parted preset name such as all-1g.24gb or all-balanced."""
+    profiles: dict[str, Annotated[int, Field(ge=1, le=8)]] | None = None
+    """Profile -> instance count, e.g. {1g.24gb: 2, 2g.48gb: 1}."""
+
+
+class GPUSpec(KubeModel):
+    """The NVIDIA stack Ansible installs and the MIG layout it applies before the kubelet joins."""
+
+    model: Annotated[str | None, Field(pattern=r"^[a-z0-9-]+$", max_length=32)] = None
+    """GPU catalog name the host must carry (rtx-pro-6000, h100-80gb, h200-141gb); any MIG-capable GPU when unset."""
+    driver_branch: Annotated[str, Field(pattern=r"^[0-9]{3}$")] = "575"
+    """NVIDIA driver branch to pin; RTX PRO 6000 MIG needs 575 or later."""
+    driver_repository: Annotated[str | None, Field(max_length=512)] = None
+    """apt repository line for NVIDIA's packages; NVIDIA's CUDA repository when unset."""
+    mig_mode: MigMode = MigMode.STATIC
+    """Static pre-applies the layout; Dynamic leaves MIG to the DRA driver (no layout allowed)."""
+    layout: MigLayout | None = None
+    """MIG layout applied at every boot before kubelet and the DRA plugin; whole GPU when unset."""
+    cdi: bool = True
+    """Enable CDI in containerd and generate the NVIDIA CDI spec."""
+
+
+class StandbySpec(KubeModel):
+    """What a standby host is prepared with: up to, not including, the join."""
+
+    install_image: InstallImageSpec = InstallImageSpec()
+    """OS image settings."""
+    gpu: GPUSpec = GPUSpec()
+    """GPU stack and layout."""
+    kubernetes_version: Annotated[str, Field(pattern=r"^v1\.[0-9]+\.[0-9]+$")] = "v1.36.3"
+    """kubelet/kubeadm version to install."""
+
+
+def prepared_key(image: InstallImageSpec, gpu: GPUSpec, kubernetes_version: str) -> str:
+    """A short digest of what a prepared host carries, so standby matching is one string compare."""
+    doc = {"image": image.wire(), "gpu": gpu.wire(), "k8s": kubernetes_version}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
