@@ -78,6 +78,9 @@ GATE_DEVICE_NAME: Final = "gate"
 GATE_DEVICE_CLASS: Final = GATE_DRIVER
 # On shipped ResourceClaimTemplates: the exact MIG profile the template asks for.
 ANNOTATION_MIG_PROFILE: Final = f"{DOMAIN}/mig-profile"
+# Device taint for tenant reservations (a DeviceTaintRule on a node's NVIDIA pool; the tenant's claims
+# tolerate it with value = tenant). Not a readiness signal: the pool verdict ignores DeviceTaintRules.
+DEVICE_TAINT_RESERVED: Final = f"{DOMAIN}/reserved"
 
 # Secrets the controller generates (never logged, never copied into status).
 OS_HOSTKEY_SECRET_SUFFIX: Final = "-os-hostkey"
