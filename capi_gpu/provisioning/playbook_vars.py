@@ -1,0 +1,149 @@
+"""The typed extra vars of ``playbooks/site.yml``: what the controller may tell the node playbooks.
+
+Why a model and not a dict: the playbooks' variables are an interface between two languages, and a
+typo in a dict key is silently ignored by Ansible (the role default wins). Here every variable the
+controller sets has one field, validated before anything reaches a host, and ``extra_vars()`` is the
+only place that spells the role variable names. The roles' ``defaults/main.yml`` stay the single
+home of the defaults: a field left ``None`` is not sent, so the role default applies.
+
+The MIG layout arrives already rendered (``capi_gpu.gpu.layout`` validates the layout and renders
+the mig-parted config); this module only checks that the text names the config it claims to, so a
+bad layout never reaches the playbook and Jinja never re-derives one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from capi_gpu import domain
+
+MIN_DRIVER_BRANCH: Final = 575
+"""RTX PRO 6000 Blackwell MIG needs R575 (>= 575.51.03); the nvidia_driver role refuses lower too."""
+
+_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb([+-][a-z.]+)?$")
+
+
+class AptRepository(BaseModel):
+    """One apt source, as roles/apt_source takes it: signed by a key, or a trusted local file: repo."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uri: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^(https?|file):\S+$")]
+    suite: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^\S+$")] = "/"
+    components: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$")], ...] = ()
+    key_url: Annotated[str | None, Field(max_length=512, pattern=r"^https?://\S+$")] = None
+    trusted: bool = False
+
+    @model_validator(mode="after")
+    def _signed_or_local(self) -> Self:
+        if self.trusted and not self.uri.startswith("file:"):
+            raise ValueError("trusted (unsigned) is only allowed for a local file: repository")
+        if not self.trusted and self.key_url is None:
+            raise ValueError("a network repository needs key_url (its ASCII-armored signing key)")
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "suite": self.suite,
+            "components": list(self.components),
+            "key_url": self.key_url or "",
+            "trusted": self.trusted,
+        }
+
+
+class MigLayoutVars(BaseModel):
+    """The validated layout, as the mig_layout role takes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config_yaml: Annotated[str, Field(min_length=1, max_length=65536)]
+    """The mig-parted config text rendered by capi_gpu.gpu.layout."""
+    config_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$")]
+    """The config inside ``config_yaml`` to apply."""
+    expected_profiles: dict[str, Annotated[int, Field(ge=0, le=16)]]
+    """Profile -> instance count ``nvidia-smi -L`` must show; empty means MIG disabled."""
+
+    @field_validator("expected_profiles")
+    @classmethod
+    def _profile_names(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = [name for name in value if not _PROFILE.match(name)]
+        if bad:
+            raise ValueError(f"not MIG profile names: {bad}")
+        return {name: count for name, count in value.items() if count > 0}
+
+    @model_validator(mode="after")
+    def _config_is_named(self) -> Self:
+        try:
+            doc = yaml.safe_load(self.config_yaml)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"config_yaml is not YAML: {exc}") from exc
+        configs = doc.get("mig-configs") if isinstance(doc, dict) else None
+        if not isinstance(configs, dict) or self.config_name not in configs:
+            raise ValueError(f"config_yaml has no mig-configs entry {self.config_name!r}")
+        return self
+
+    @property
+    def mig_enabled(self) -> bool:
+        return bool(self.expected_profiles)
+
+
+class PlaybookVars(BaseModel):
+    """Everything the controller sets for one run of site.yml; ``None`` fields keep the role default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kubernetes_version: Annotated[str, Field(pattern=r"^v?1\.[0-9]+\.[0-9]+$")]
+    """The cluster's version; kubelet/kubeadm/kubectl are pinned to it (kubelet_kubernetes_version)."""
+    mig: MigLayoutVars
+    """The layout (mig_layout_config_yaml, mig_layout_config_name, mig_layout_expected_profiles)."""
+    driver_branch: Annotated[str, Field(pattern=r"^[0-9]{3}$")] = "580"
+    """NVIDIA driver branch (nvidia_driver_branch)."""
+    nvidia_repo: AptRepository | None = None
+    """NVIDIA's CUDA repository (nvidia_driver_repo)."""
+    container_toolkit_repo: AptRepository | None = None
+    """NVIDIA's container toolkit repository (container_toolkit_repo)."""
+    containerd_repo: AptRepository | None = None
+    """Docker's repository for containerd.io (container_toolkit_containerd_repo)."""
+    kubernetes_repo: AptRepository | None = None
+    """pkgs.k8s.io for the version's minor (kubelet_repo)."""
+    mig_manager_deb: Annotated[str | None, Field(max_length=512, pattern=r"^(https://|/)\S+\.deb$")] = None
+    """URL or node-local path of the nvidia-mig-manager .deb (mig_layout_manager_deb)."""
+    node_labels: dict[str, str] | None = None
+    """Labels kubelet registers with (kubelet_node_labels)."""
+    gate_driver: str = domain.GATE_DRIVER
+    """The gate DRA driver whose kubelet plugin dir dra_node creates (dra_node_gate_driver)."""
+
+    @field_validator("driver_branch")
+    @classmethod
+    def _branch_supports_mig(cls, value: str) -> str:
+        if int(value) < MIN_DRIVER_BRANCH:
+            raise ValueError(f"driver branch {value} < {MIN_DRIVER_BRANCH}: no MIG on RTX PRO 6000")
+        return value
+
+    def extra_vars(self) -> dict[str, Any]:
+        """The role variables, by their role-prefixed names; unset optionals are left out."""
+        out: dict[str, Any] = {
+            "kubelet_kubernetes_version": self.kubernetes_version.removeprefix("v"),
+            "nvidia_driver_branch": self.driver_branch,
+            "mig_layout_config_yaml": self.mig.config_yaml,
+            "mig_layout_config_name": self.mig.config_name,
+            "mig_layout_expected_profiles": dict(self.mig.expected_profiles),
+            "dra_node_gate_driver": self.gate_driver,
+        }
+        repos = {
+            "nvidia_driver_repo": self.nvidia_repo,
+            "container_toolkit_repo": self.container_toolkit_repo,
+            "container_toolkit_containerd_repo": self.containerd_repo,
+            "kubelet_repo": self.kubernetes_repo,
+        }
+        out.update({name: repo.wire() for name, repo in repos.items() if repo is not None})
+        if self.mig_manager_deb is not None:
+            out["mig_layout_manager_deb"] = self.mig_manager_deb
+        if self.node_labels is not None:
+            out["kubelet_node_labels"] = dict(self.node_labels)
+        return out

@@ -1,0 +1,110 @@
+"""PlaybookVars: what reaches site.yml as extra vars (names the roles define, unset fields left to role
+defaults), and what is refused before a host is touched (low driver branch, unsigned network repository,
+a config text that does not contain the named config, bad profile names)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from capi_gpu import domain
+from capi_gpu.provisioning import ansible
+from capi_gpu.provisioning import playbook_vars as pv
+
+ROLES = ansible.default_playbook_dir() / "roles"
+CONFIG = """version: v1
+mig-configs:
+  capi-gpu-2x1g.24gb-1x2g.48gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.24gb": 2, "2g.48gb": 1}
+"""
+
+
+def layout() -> pv.MigLayoutVars:
+    return pv.MigLayoutVars(
+        config_yaml=CONFIG, config_name="capi-gpu-2x1g.24gb-1x2g.48gb", expected_profiles={"1g.24gb": 2, "2g.48gb": 1}
+    )
+
+
+def role_defaults() -> set[str]:
+    names: set[str] = set()
+    for path in ROLES.glob("*/defaults/main.yml"):
+        names |= set(yaml.safe_load(path.read_text()) or {})
+    return names
+
+
+def test_every_extra_var_is_a_variable_some_role_defines() -> None:
+    repo = pv.AptRepository(uri="file:/srv/capi-gpu-apt/nvidia", suite="./", trusted=True)
+    full = pv.PlaybookVars(
+        kubernetes_version="v1.36.3",
+        mig=layout(),
+        nvidia_repo=repo,
+        container_toolkit_repo=repo,
+        containerd_repo=repo,
+        kubernetes_repo=repo,
+        mig_manager_deb="/srv/capi-gpu-apt/nvidia/nvidia-mig-manager_0.15.0-1_amd64.deb",
+        node_labels={"nvidia.com/gpu.present": "true"},
+    )
+    assert set(full.extra_vars()) <= role_defaults()
+
+
+def test_unset_fields_are_left_to_the_role_defaults() -> None:
+    extra = pv.PlaybookVars(kubernetes_version="v1.36.3", mig=layout()).extra_vars()
+    assert extra == {
+        "kubelet_kubernetes_version": "1.36.3",
+        "nvidia_driver_branch": "580",
+        "mig_layout_config_yaml": CONFIG,
+        "mig_layout_config_name": "capi-gpu-2x1g.24gb-1x2g.48gb",
+        "mig_layout_expected_profiles": {"1g.24gb": 2, "2g.48gb": 1},
+        "dra_node_gate_driver": domain.GATE_DRIVER,
+    }
+
+
+def test_a_repository_is_sent_in_the_shape_apt_source_takes() -> None:
+    repo = pv.AptRepository(
+        uri="https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
+        key_url="https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
+    )
+    extra = pv.PlaybookVars(kubernetes_version="1.36.3", mig=layout(), kubernetes_repo=repo).extra_vars()
+    assert extra["kubelet_repo"] == {
+        "uri": "https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
+        "suite": "/",
+        "components": [],
+        "key_url": "https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
+        "trusted": False,
+    }
+
+
+def test_a_driver_branch_without_mig_on_this_gpu_is_refused() -> None:
+    with pytest.raises(ValidationError, match="575"):
+        pv.PlaybookVars(kubernetes_version="v1.36.3", mig=layout(), driver_branch="570")
+    assert pv.PlaybookVars(kubernetes_version="v1.36.3", mig=layout(), driver_branch="575").driver_branch == "575"
+
+
+def test_only_a_local_file_repository_may_be_unsigned() -> None:
+    with pytest.raises(ValidationError, match="only allowed for a local file"):
+        pv.AptRepository(uri="https://example.invalid/repo", trusted=True)
+    with pytest.raises(ValidationError, match="needs key_url"):
+        pv.AptRepository(uri="https://example.invalid/repo")
+    with pytest.raises(ValidationError, match="needs key_url"):
+        pv.AptRepository(uri="file:/srv/repo")
+
+
+def test_the_config_text_must_contain_the_named_config() -> None:
+    with pytest.raises(ValidationError, match="no mig-configs entry"):
+        pv.MigLayoutVars(config_yaml=CONFIG, config_name="all-balanced", expected_profiles={"1g.24gb": 2})
+    with pytest.raises(ValidationError, match="not YAML"):
+        pv.MigLayoutVars(config_yaml="a: [", config_name="x", expected_profiles={})
+
+
+def test_profile_names_are_checked_and_zero_counts_dropped() -> None:
+    with pytest.raises(ValidationError, match="not MIG profile names"):
+        pv.MigLayoutVars(config_yaml=CONFIG, config_name="capi-gpu-2x1g.24gb-1x2g.48gb", expected_profiles={"1g": 1})
+    mig = pv.MigLayoutVars(
+        config_yaml=CONFIG,
+        config_name="capi-gpu-2x1g.24gb-1x2g.48gb",
+        expected_profiles={"1g.24gb": 2, "4g.96gb": 0, "1g.24gb+me": 0},
+    )
+    assert mig.expected_profiles == {"1g.24gb": 2} and mig.mig_enabled
