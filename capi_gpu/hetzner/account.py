@@ -1,0 +1,111 @@
+"""Everything the process shares about one Robot account: budget, circuit breaker, server cache.
+
+Every ``RobotClient`` built for the same Robot username, by any controller, gets the same
+``RobotAccount`` from the registry, so the fleet shares one budget and one 401 stops them all. The
+registry is keyed by username (several accounts work side by side); the first caller's ``share`` and
+limits configure the account, later callers get it as it is.
+
+``default_registry()`` is the process-wide one (metrics on prometheus_client's default registry);
+tests build their own ``AccountRegistry`` with their own clock and ``CollectorRegistry``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from prometheus_client import REGISTRY as PROMETHEUS_DEFAULT
+from prometheus_client import CollectorRegistry
+
+from capi_gpu.hetzner import budget, cache, circuit, metrics
+
+
+class RobotAccount:
+    """Shared per-account state. Controllers read ``circuit_open``/``circuit_reason`` for conditions."""
+
+    def __init__(
+        self,
+        username: str,
+        *,
+        clock: budget.Clock,
+        metrics_sink: metrics.RobotMetrics | None,
+        share: float = 1.0,
+        limits: Mapping[budget.Family, budget.Limit] | None = None,
+        server_ttl_s: float = 60.0,
+    ) -> None:
+        self.account_hash = metrics.account_hash(username)
+        self.budget = budget.AccountBudget(clock=clock, share=share, limits=limits)
+        self.circuit = circuit.CircuitBreaker()
+        self.servers = cache.ServerCache(clock=clock, ttl_s=server_ttl_s)
+        # Fingerprints known to exist in Robot: key ensure costs one lookup per process, not per host.
+        self.known_keys: set[str] = set()
+        self._metrics = metrics_sink
+
+    @property
+    def circuit_open(self) -> bool:
+        return self.circuit.circuit_open
+
+    @property
+    def circuit_reason(self) -> str | None:
+        return self.circuit.reason
+
+    def reset_credentials(self, new_fingerprint: str) -> bool:
+        """Call when the credentials Secret changed (``circuit.credentials_fingerprint(user, pw)``)."""
+        return self.circuit.reset_credentials(new_fingerprint)
+
+    def count(self, family: budget.Family, outcome: metrics.Outcome) -> None:
+        if self._metrics is not None:
+            self._metrics.count(family.value, outcome)
+
+
+class AccountRegistry:
+    def __init__(
+        self,
+        *,
+        clock: budget.Clock = time.monotonic,
+        prometheus: CollectorRegistry | None = None,
+    ) -> None:
+        self.clock = clock
+        self._accounts: dict[str, RobotAccount] = {}
+        self._lock = threading.Lock()
+        self.metrics = metrics.RobotMetrics(prometheus, self.accounts) if prometheus is not None else None
+
+    def accounts(self) -> list[RobotAccount]:
+        with self._lock:
+            return list(self._accounts.values())
+
+    def account(
+        self,
+        username: str,
+        *,
+        share: float = 1.0,
+        limits: Mapping[budget.Family, budget.Limit] | None = None,
+        server_ttl_s: float = 60.0,
+    ) -> RobotAccount:
+        with self._lock:
+            found = self._accounts.get(username)
+            if found is None:
+                found = RobotAccount(
+                    username,
+                    clock=self.clock,
+                    metrics_sink=self.metrics,
+                    share=share,
+                    limits=limits,
+                    server_ttl_s=server_ttl_s,
+                )
+                self._accounts[username] = found
+            return found
+
+
+_default: AccountRegistry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> AccountRegistry:
+    """The process-wide registry; its metrics live on prometheus_client's default registry."""
+    global _default  # noqa: PLW0603 - one registry per process is the point
+    with _default_lock:
+        if _default is None:
+            _default = AccountRegistry(prometheus=PROMETHEUS_DEFAULT)
+        return _default
