@@ -1,0 +1,315 @@
+"""The stand-in packages of the simulation's local apt repository, with the names the real repos use.
+
+Why the real names: ``playbooks/site.yml`` is production code and must run unchanged against a
+simulated host; only the repository variables differ. So each package here is called what NVIDIA's
+CUDA repository, NVIDIA's container-toolkit repository, Docker's repository and pkgs.k8s.io call it,
+carries the files the playbook relies on (binaries, systemd units, the conffile it overwrites), and
+depends on its siblings the way the real ones roughly do. No maintainer scripts: the real postinsts
+enable units, but the playbook enables and starts what it needs explicitly anyway.
+
+The programs are: the GPU shim (``capi_gpu.sim.gpu_shim``: nvidia-smi, nvidia-mig-parted, and
+nvidia-ctk if it has one), the kubeadm shim (``capi_gpu.sim.host_shims``), and the small stand-ins of
+this package (containerd that validates its config, idle daemons, a fallback nvidia-ctk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+from capi_gpu.sim import host_shims
+
+SHEBANG = b"#!/usr/bin/python3\n"
+GPU_SHIM_PACKAGE = "capi_gpu.sim.gpu_shim"
+
+# Channel -> which real repository it stands in for.
+NVIDIA, TOOLKIT, DOCKER, KUBERNETES = "nvidia", "nvidia-container-toolkit", "docker", "kubernetes"
+CHANNELS = (NVIDIA, TOOLKIT, DOCKER, KUBERNETES)
+
+DRIVER_VERSIONS = {"575": "575.64.05", "580": "580.95.05"}
+MIG_MANAGER_VERSION = "0.15.0"
+TOOLKIT_VERSION = "1.18.0"
+CONTAINERD_VERSION = "2.1.5"
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    channel: str
+    description: str
+    files: dict[str, host_shims.GuestFile] = field(default_factory=dict)
+    depends: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+
+    @property
+    def deb_name(self) -> str:
+        return f"{self.name}_{self.version}_all.deb"
+
+
+def _read(pkg: str, module: str) -> bytes:
+    node: Traversable = resources.files(pkg).joinpath(f"{module}.py")
+    if not node.is_file():
+        raise FileNotFoundError(f"{pkg}/{module}.py is missing: the stand-in repository needs it")
+    return node.read_bytes()
+
+
+def _script(module: str, **subst: str) -> host_shims.GuestFile:
+    text = _read(__package__, module)
+    for key, value in subst.items():
+        text = text.replace(f"@{key}@".encode(), value.encode())
+    return host_shims.GuestFile(SHEBANG + text)
+
+
+def _gpu_shim(module: str) -> host_shims.GuestFile:
+    text = _read(GPU_SHIM_PACKAGE, module)
+    return host_shims.GuestFile(text if text.startswith(b"#!") else SHEBANG + text)
+
+
+def _unit(text: str) -> host_shims.GuestFile:
+    return host_shims.GuestFile(text.encode(), 0o644)
+
+
+def _doc(name: str) -> dict[str, host_shims.GuestFile]:
+    return {f"/usr/share/doc/{name}/README.capi-gpu-sim": _unit(f"{name}: stand-in of the capi-gpu simulation\n")}
+
+
+def _nvidia_ctk() -> host_shims.GuestFile:
+    try:
+        return _gpu_shim("nvidia_ctk")
+    except FileNotFoundError:
+        return _script("nvidia_ctk", VERSION=TOOLKIT_VERSION)
+
+
+def _kubeadm() -> dict[str, host_shims.GuestFile]:
+    try:
+        return host_shims.kubeadm_files()
+    except (FileNotFoundError, AttributeError):
+        return {"/usr/bin/kubeadm": host_shims.GuestFile(b"#!/bin/sh\necho 'kubeadm: placeholder' >&2\nexit 1\n")}
+
+
+PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon (capi-gpu simulation)
+Wants=syslog.target
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced
+ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+MIG_MANAGER_UNIT = """[Unit]
+Description=NVIDIA MIG Manager Service (capi-gpu simulation)
+Before=kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=true
+Environment=MIG_PARTED_SELECTED_CONFIG=all-disabled
+ExecStart=/usr/bin/nvidia-mig-parted apply -f /etc/nvidia-mig-manager/config.yaml -c ${MIG_PARTED_SELECTED_CONFIG}
+
+[Install]
+WantedBy=multi-user.target
+"""
+MIG_MANAGER_CONFIG = """version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+"""
+CDI_REFRESH_SERVICE = """[Unit]
+Description=Refresh NVIDIA CDI specification file (capi-gpu simulation)
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
+"""
+CDI_REFRESH_PATH = """[Unit]
+Description=Trigger CDI refresh on NVIDIA driver install / uninstall events (capi-gpu simulation)
+
+[Path]
+PathChanged=/lib/modules/%v/modules.dep
+
+[Install]
+WantedBy=multi-user.target
+"""
+CONTAINERD_UNIT = """[Unit]
+Description=containerd container runtime (capi-gpu simulation)
+After=network.target
+
+[Service]
+ExecStart=/usr/bin/containerd
+Type=simple
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
+# What Docker's containerd.io ships: CRI off. The playbook must replace it.
+CONTAINERD_DEFAULT_CONFIG = 'disabled_plugins = ["cri"]\n'
+KUBELET_UNIT = """[Unit]
+Description=kubelet: The Kubernetes Node Agent (capi-gpu simulation)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+"""
+KUBEADM_DROPIN = """[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
+--kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+"""
+
+
+def nvidia_packages(driver_branch: str) -> list[Package]:
+    version = DRIVER_VERSIONS[driver_branch] + "-1"
+    return [
+        Package(
+            f"nvidia-driver-pinning-{driver_branch}",
+            version,
+            NVIDIA,
+            "pins the driver branch",
+            _doc(f"nvidia-driver-pinning-{driver_branch}"),
+        ),
+        Package(
+            "nvidia-open",
+            version,
+            NVIDIA,
+            "NVIDIA driver with open kernel modules (meta)",
+            _doc("nvidia-open"),
+            depends=("nvidia-driver", "nvidia-kernel-open-dkms"),
+        ),
+        Package(
+            "nvidia-driver",
+            version,
+            NVIDIA,
+            "NVIDIA driver (meta)",
+            _doc("nvidia-driver"),
+            depends=("nvidia-smi", "libnvidia-ml1"),
+        ),
+        Package(
+            "nvidia-kernel-open-dkms",
+            version,
+            NVIDIA,
+            "open kernel modules (no module in the simulation)",
+            _doc("nvidia-kernel-open-dkms"),
+        ),
+        Package(
+            "nvidia-smi", version, NVIDIA, "nvidia-smi (GPU shim)", {"/usr/bin/nvidia-smi": _gpu_shim("nvidia_smi")}
+        ),
+        Package(
+            "libnvidia-ml1",
+            version,
+            NVIDIA,
+            "NVML (a placeholder file: the DRA plugin's prestart looks for it)",
+            {"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": _unit("placeholder, not a library\n")},
+        ),
+        Package(
+            "nvidia-persistenced",
+            version,
+            NVIDIA,
+            "persistence daemon",
+            {
+                "/usr/bin/nvidia-persistenced": _script(
+                    "idle", NAME="nvidia-persistenced", VERSION=version, DAEMON="yes"
+                ),
+                "/lib/systemd/system/nvidia-persistenced.service": _unit(PERSISTENCED_UNIT),
+            },
+        ),
+        Package(
+            "nvidia-mig-manager",
+            MIG_MANAGER_VERSION + "-1",
+            NVIDIA,
+            "nvidia-mig-parted (GPU shim)",
+            {
+                "/usr/bin/nvidia-mig-parted": _gpu_shim("nvidia_mig_parted"),
+                "/lib/systemd/system/nvidia-mig-manager.service": _unit(MIG_MANAGER_UNIT),
+                "/etc/nvidia-mig-manager/config.yaml": _unit(MIG_MANAGER_CONFIG),
+            },
+        ),
+    ]
+
+
+def other_packages(kubernetes_version: str) -> list[Package]:
+    kube = kubernetes_version.removeprefix("v") + "-1.1"
+    return [
+        Package(
+            "nvidia-container-toolkit",
+            TOOLKIT_VERSION + "-1",
+            TOOLKIT,
+            "nvidia-ctk",
+            {
+                "/usr/bin/nvidia-ctk": _nvidia_ctk(),
+                "/lib/systemd/system/nvidia-cdi-refresh.service": _unit(CDI_REFRESH_SERVICE),
+                "/lib/systemd/system/nvidia-cdi-refresh.path": _unit(CDI_REFRESH_PATH),
+            },
+        ),
+        Package(
+            "containerd.io",
+            CONTAINERD_VERSION + "-1",
+            DOCKER,
+            "containerd (validates its config, then idles)",
+            {
+                "/usr/bin/containerd": _script("containerd", VERSION=CONTAINERD_VERSION),
+                "/lib/systemd/system/containerd.service": _unit(CONTAINERD_UNIT),
+                "/etc/containerd/config.toml": _unit(CONTAINERD_DEFAULT_CONFIG),
+            },
+            provides=("containerd", "runc"),
+            conflicts=("containerd", "runc"),
+        ),
+        Package(
+            "kubelet",
+            kube,
+            KUBERNETES,
+            "kubelet (idles; the test side simulates the node)",
+            {
+                "/usr/bin/kubelet": _script("idle", NAME="Kubernetes", VERSION=f"v{kube.split('-')[0]}", DAEMON="yes"),
+                "/lib/systemd/system/kubelet.service": _unit(KUBELET_UNIT),
+            },
+        ),
+        Package(
+            "kubeadm",
+            kube,
+            KUBERNETES,
+            "kubeadm (join/reset shim)",
+            {
+                **_kubeadm(),
+                "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": _unit(KUBEADM_DROPIN),
+            },
+            depends=("kubelet", "kubectl"),
+        ),
+        Package(
+            "kubectl",
+            kube,
+            KUBERNETES,
+            "kubectl (version only)",
+            {
+                "/usr/bin/kubectl": _script(
+                    "idle", NAME="Client Version:", VERSION=f"v{kube.split('-')[0]}", DAEMON="no"
+                ),
+            },
+        ),
+    ]
+
+
+def packages(kubernetes_version: str, driver_branch: str = "580") -> list[Package]:
+    """Every stand-in package for one cluster version and driver branch."""
+    if driver_branch not in DRIVER_VERSIONS:
+        raise ValueError(f"no stand-in driver for branch {driver_branch}; known: {sorted(DRIVER_VERSIONS)}")
+    return nvidia_packages(driver_branch) + other_packages(kubernetes_version)
