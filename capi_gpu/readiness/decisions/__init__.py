@@ -24,7 +24,13 @@ from capi_gpu.readiness.decisions.claims import (
     gate_slice_name,
     merged_device_statuses,
 )
-from capi_gpu.readiness.decisions.node import NodePatch, NodeSubresource, machine_condition, node_gate_patch
+from capi_gpu.readiness.decisions.node import (
+    NodePatch,
+    NodeSubresource,
+    NodeWrite,
+    machine_condition,
+    node_gate_patch,
+)
 from capi_gpu.readiness.decisions.pools import (
     CurrentPool,
     DeviceTaint,
@@ -49,6 +55,7 @@ __all__ = [
     "LayoutDevice",
     "NodePatch",
     "NodeSubresource",
+    "NodeWrite",
     "PoolDevice",
     "PoolReason",
     "PoolVerdict",

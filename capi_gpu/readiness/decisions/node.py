@@ -10,9 +10,12 @@ a main-resource write and ``spec`` on a status write), so "one patch" means at m
 
 * ``nodes/status``: a strategic-merge patch of ``status.conditions`` (merged by ``type``, so other
   conditions are untouched);
-* ``nodes``: ``spec.taints``, which has no merge key and is replaced whole; the patch therefore carries
-  the ``resourceVersion`` it was computed from, and a concurrent taint writer makes it fail with 409
-  instead of being silently overwritten (the same optimistic locking Node Readiness Controller uses).
+* ``nodes``: ``spec.taints``, which has no merge key and is replaced whole, as a JSON patch whose first
+  op *tests* the taint list it was computed from. A concurrent taint writer (node lifecycle controller,
+  cordon, Node Readiness Controller) makes it fail (422) instead of being silently overwritten; the
+  caller re-reads and decides again. The precondition is on the taints, not on ``resourceVersion``,
+  because the status write that precedes it bumps the resourceVersion itself. A node without taints
+  (only ever when adding ours, which goes first) is guarded by a test of ``metadata.resourceVersion``.
 
 Order matters for observers: becoming ready writes the condition before lifting the taint (whoever sees
 an untainted node sees ``GPUReady=True``); becoming unready taints first, so scheduling stops as early
@@ -32,6 +35,8 @@ from capi_gpu.readiness.decisions import pools
 
 STARTUP_TAINT_EFFECT = "NoSchedule"
 MESSAGE_LIMIT = 4096
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class NodeSubresource(enum.StrEnum):
@@ -40,23 +45,39 @@ class NodeSubresource(enum.StrEnum):
 
 
 @dataclasses.dataclass(frozen=True)
+class NodeWrite:
+    """One PATCH: to ``nodes/<name>`` or ``nodes/<name>/status``, with this content type and body."""
+
+    subresource: NodeSubresource
+    content_type: str
+    body: Any
+
+
+@dataclasses.dataclass(frozen=True)
 class NodePatch:
-    """Patch bodies for the Node; ``None`` where that subresource needs no write."""
+    """What to write to the Node; ``None`` where that subresource needs no write.
+
+    ``status`` is a strategic-merge body for ``nodes/status``; ``taint_ops`` a JSON patch for ``nodes``.
+    """
 
     status: dict[str, Any] | None = None
-    spec: dict[str, Any] | None = None
+    taint_ops: list[dict[str, Any]] | None = None
     taint_first: bool = False
 
     @property
     def empty(self) -> bool:
-        return self.status is None and self.spec is None
+        return self.status is None and self.taint_ops is None
 
-    def ordered(self) -> tuple[tuple[NodeSubresource, dict[str, Any]], ...]:
+    def ordered(self) -> tuple[NodeWrite, ...]:
         """The writes to make, in the order that keeps observers safe."""
-        writes = [(NodeSubresource.STATUS, self.status), (NodeSubresource.NODE, self.spec)]
+        writes = []
+        if self.status is not None:
+            writes.append(NodeWrite(NodeSubresource.STATUS, STRATEGIC_MERGE_PATCH, self.status))
+        if self.taint_ops is not None:
+            writes.append(NodeWrite(NodeSubresource.NODE, JSON_PATCH, self.taint_ops))
         if self.taint_first:
             writes.reverse()
-        return tuple((sub, body) for sub, body in writes if body is not None)
+        return tuple(writes)
 
 
 def rfc3339(now: datetime.datetime) -> str:
@@ -93,25 +114,31 @@ def node_gate_patch(
             "lastTransitionTime": transition,
         }
         status_body = {"status": {"conditions": [condition]}}
-    spec_body = _taint_body(node, want_taint=not verdict.ready) if own_taint else None
-    return NodePatch(status=status_body, spec=spec_body, taint_first=not verdict.ready)
+    taint_ops = _taint_ops(node, want_taint=not verdict.ready) if own_taint else None
+    return NodePatch(status=status_body, taint_ops=taint_ops, taint_first=not verdict.ready)
 
 
-def _taint_body(node: Mapping[str, Any], *, want_taint: bool) -> dict[str, Any] | None:
-    taints = [_map(t) for t in _map(node.get("spec")).get("taints") or []]
+def _taint_ops(node: Mapping[str, Any], *, want_taint: bool) -> list[dict[str, Any]] | None:
+    taints = [dict(_map(t)) for t in _map(node.get("spec")).get("taints") or []]
     ours = [t for t in taints if t.get("key") == domain.NODE_STARTUP_TAINT]
     exact = len(ours) == 1 and ours[0].get("effect") == STARTUP_TAINT_EFFECT
     if exact if want_taint else not ours:
         return None
     # Our key with any other effect or duplicated is normalised to exactly one NoSchedule taint.
-    kept = [dict(t) for t in taints if t.get("key") != domain.NODE_STARTUP_TAINT]
+    kept = [t for t in taints if t.get("key") != domain.NODE_STARTUP_TAINT]
     if want_taint:
         kept.append({"key": domain.NODE_STARTUP_TAINT, "effect": STARTUP_TAINT_EFFECT})
-    body: dict[str, Any] = {"spec": {"taints": kept}}
+    if taints:
+        return [
+            {"op": "test", "path": "/spec/taints", "value": taints},
+            {"op": "replace", "path": "/spec/taints", "value": kept},
+        ]
+    ops: list[dict[str, Any]] = []
     resource_version = _map(node.get("metadata")).get("resourceVersion")
     if resource_version:
-        body["metadata"] = {"resourceVersion": str(resource_version)}
-    return body
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": str(resource_version)})
+    ops.append({"op": "add", "path": "/spec/taints", "value": kept})
+    return ops
 
 
 def machine_condition(

@@ -72,9 +72,18 @@ CASES = [
 def test_node_gate_patch(case: Case) -> None:
     patch = decisions.node_gate_patch(case.node, case.verdict, NOW)
     if case.taints_after is None:
-        assert patch.spec is None
+        assert patch.taint_ops is None
     else:
-        assert patch.spec == {"spec": {"taints": case.taints_after}, "metadata": {"resourceVersion": "42"}}
+        before = case.node["spec"].get("taints")
+        precondition = (
+            {"op": "test", "path": "/spec/taints", "value": before}
+            if before
+            else {"op": "test", "path": "/metadata/resourceVersion", "value": "42"}
+        )
+        assert patch.taint_ops == [
+            precondition,
+            {"op": "replace" if before else "add", "path": "/spec/taints", "value": case.taints_after},
+        ]
     if case.condition_status is None:
         assert patch.status is None
     else:
@@ -93,19 +102,26 @@ def test_node_gate_patch(case: Case) -> None:
 
 def test_ready_writes_condition_before_lifting_taint() -> None:
     patch = decisions.node_gate_patch(node([STARTUP]), READY, NOW)
-    assert [sub for sub, _ in patch.ordered()] == [NodeSubresource.STATUS, NodeSubresource.NODE]
+    writes = [(w.subresource, w.content_type) for w in patch.ordered()]
+    assert writes == [
+        (NodeSubresource.STATUS, "application/strategic-merge-patch+json"),
+        (NodeSubresource.NODE, "application/json-patch+json"),
+    ]
+    # The taint write is guarded by the taints it read, not by the resourceVersion the status write bumps.
+    assert patch.taint_ops is not None
+    assert all(op["path"] != "/metadata/resourceVersion" for op in patch.taint_ops)
 
 
 def test_unready_taints_before_writing_condition() -> None:
     patch = decisions.node_gate_patch(node([], cond(READY)), TAINTED, NOW)
-    assert [sub for sub, _ in patch.ordered()] == [NodeSubresource.NODE, NodeSubresource.STATUS]
+    assert [w.subresource for w in patch.ordered()] == [NodeSubresource.NODE, NodeSubresource.STATUS]
 
 
 def test_taint_left_to_node_readiness_rule() -> None:
     patch = decisions.node_gate_patch(node([STARTUP]), READY, NOW, own_taint=False)
-    assert patch.spec is None
+    assert patch.taint_ops is None
     assert patch.status is not None
-    assert [sub for sub, _ in patch.ordered()] == [NodeSubresource.STATUS]
+    assert [w.subresource for w in patch.ordered()] == [NodeSubresource.STATUS]
 
 
 def test_long_messages_are_truncated() -> None:
