@@ -76,7 +76,7 @@ def cache_root() -> Path:
 
 
 def cache_key(packages: tuple[str, ...] = PACKAGES, suite: str = SUITE) -> str:
-    text = "\n".join([suite, *sorted(packages), *MASKED_UNITS, "v3"])
+    text = "\n".join([suite, *sorted(packages), *MASKED_UNITS, "v4"])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -187,8 +187,10 @@ def _postprocess(root: Path) -> None:
     (root / "run" / "sshd").mkdir(parents=True, exist_ok=True)
     shutil.rmtree(root / "var" / "lib" / "apt" / "lists", ignore_errors=True)
     (root / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-    # Root logins are by key only; the rescue view sets a password when Robot generated one.
-    subprocess.run(["chroot", str(root), "passwd", "-l", "root"], check=True, timeout=30, capture_output=True)
+    # No root password ("*", not the locked "!": sshd refuses key logins to locked accounts); the rescue
+    # view sets one when Robot generated it.
+    subprocess.run(["chroot", str(root), "usermod", "-p", "*", "root"], check=True, timeout=30,
+                   capture_output=True)
 
 
 def _remove_tree(path: Path) -> None:
