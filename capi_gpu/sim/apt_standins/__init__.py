@@ -14,6 +14,7 @@ this package (containerd that validates its config, idle daemons, a fallback nvi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -27,7 +28,8 @@ GPU_SHIM_PACKAGE = "capi_gpu.sim.gpu_shim"
 NVIDIA, TOOLKIT, DOCKER, KUBERNETES = "nvidia", "nvidia-container-toolkit", "docker", "kubernetes"
 CHANNELS = (NVIDIA, TOOLKIT, DOCKER, KUBERNETES)
 
-DRIVER_VERSIONS = {"575": "575.64.05", "580": "580.95.05"}
+# The 575 version is the GPU shim's default; the packaged shim reports the version of its package.
+DRIVER_VERSIONS = {"575": "575.57.08", "580": "580.95.05"}
 MIG_MANAGER_VERSION = "0.15.0"
 TOOLKIT_VERSION = "1.18.0"
 CONTAINERD_VERSION = "2.1.5"
@@ -68,6 +70,15 @@ def _gpu_shim(module: str) -> host_shims.GuestFile:
     return host_shims.GuestFile(text if text.startswith(b"#!") else SHEBANG + text)
 
 
+def _nvidia_smi(driver_version: str) -> host_shims.GuestFile:
+    """The shim, reporting the driver version of the package that installs it (as a real nvidia-smi does)."""
+    shim = _gpu_shim("nvidia_smi")
+    text, n = re.subn(rb'"driver_version": "[0-9.]+"', f'"driver_version": "{driver_version}"'.encode(), shim.content)
+    if n != 1:
+        raise ValueError("nvidia_smi shim: expected one DEFAULTS driver_version to set")
+    return host_shims.GuestFile(text, shim.mode)
+
+
 def _unit(text: str) -> host_shims.GuestFile:
     return host_shims.GuestFile(text.encode(), 0o644)
 
@@ -90,6 +101,7 @@ def _kubeadm() -> dict[str, host_shims.GuestFile]:
         return {"/usr/bin/kubeadm": host_shims.GuestFile(b"#!/bin/sh\necho 'kubeadm: placeholder' >&2\nexit 1\n")}
 
 
+PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"  # the GPU shim checks it
 PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (capi-gpu simulation)
 Wants=syslog.target
@@ -211,7 +223,11 @@ def nvidia_packages(driver_branch: str) -> list[Package]:
             _doc("nvidia-kernel-open-dkms"),
         ),
         Package(
-            "nvidia-smi", version, NVIDIA, "nvidia-smi (GPU shim)", {"/usr/bin/nvidia-smi": _gpu_shim("nvidia_smi")}
+            "nvidia-smi",
+            version,
+            NVIDIA,
+            "nvidia-smi (GPU shim)",
+            {"/usr/bin/nvidia-smi": _nvidia_smi(DRIVER_VERSIONS[driver_branch])},
         ),
         Package(
             "libnvidia-ml1",

@@ -34,6 +34,25 @@ def small() -> list[apt_standins.Package]:
     ]
 
 
+def fake_gpu_shim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog without depending on which GPU shim modules exist yet."""
+    real = apt_standins._read
+
+    def read(pkg: str, module: str) -> bytes:
+        if pkg == apt_standins.GPU_SHIM_PACKAGE:
+            return b'DEFAULTS = {"driver_version": "1.0"}\n'
+        return real(pkg, module)
+
+    monkeypatch.setattr(apt_standins, "_read", read)
+
+
+def test_the_packaged_nvidia_smi_reports_its_package_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_gpu_shim(monkeypatch)
+    (smi,) = [p for p in apt_standins.packages("v1.36.3", "580") if p.name == "nvidia-smi"]
+    assert smi.version == "580.95.05-1"
+    assert b'"driver_version": "580.95.05"' in smi.files["/usr/bin/nvidia-smi"].content
+
+
 def stanzas(text: str) -> dict[str, dict[str, str]]:
     out = {}
     for block in text.strip().split("\n\n"):
@@ -114,7 +133,7 @@ def test_a_repo_is_built_once_per_content(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_the_playbook_points_at_the_guest_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(apt_standins, "_gpu_shim", lambda _m: host_shims.GuestFile(b"#!/bin/sh\n"))
+    fake_gpu_shim(monkeypatch)
     repo = aptrepo.AptRepo(tmp_path, tuple(apt_standins.packages("v1.36.3")))
     kwargs = aptrepo.playbook_repositories(repo)
     assert kwargs["kubernetes_repo"] == playbook_vars.AptRepository(
@@ -124,7 +143,7 @@ def test_the_playbook_points_at_the_guest_copy(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_catalog_has_every_package_the_roles_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(apt_standins, "_gpu_shim", lambda _m: host_shims.GuestFile(b"#!/bin/sh\n"))
+    fake_gpu_shim(monkeypatch)
     names = {p.name for p in apt_standins.packages("v1.36.3", "580")}
     defaults = {}
     for role in ("nvidia_driver", "container_toolkit", "kubelet"):
