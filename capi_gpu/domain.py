@@ -76,6 +76,9 @@ NVIDIA_XID_TAINT_PREFIX: Final = "gpu.nvidia.com/"
 # driver, as NVIDIA names gpu.nvidia.com's class).
 GATE_DEVICE_NAME: Final = "gate"
 GATE_DEVICE_CLASS: Final = GATE_DRIVER
+# Device taint on the gate device while its node is not GPU ready, so new allocations avoid the node even
+# for pods that tolerate the node's startup taint (KEP-5007: after a failure, stop the device being picked).
+GATE_DEVICE_TAINT: Final = f"{DOMAIN}/gpu-not-ready"
 # On shipped ResourceClaimTemplates: the exact MIG profile the template asks for.
 ANNOTATION_MIG_PROFILE: Final = f"{DOMAIN}/mig-profile"
 # Device taint for tenant reservations (a DeviceTaintRule on a node's NVIDIA pool; the tenant's claims
