@@ -53,9 +53,7 @@ HOST_KEY_TYPES: Final = frozenset(
 )
 # What an ansible-playbook run may inherit from the operator's environment; everything else it gets
 # is set explicitly below.
-ENV_ALLOWLIST: Final = frozenset(
-    {"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME"}
-)
+ENV_ALLOWLIST: Final = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME"})
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
 
 
@@ -258,9 +256,7 @@ def _write_private(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def _reduced_env(
-    env: Mapping[str, str], inherited: Mapping[str, str], ours: Mapping[str, str]
-) -> dict[str, str]:
+def _reduced_env(env: Mapping[str, str], inherited: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:
     """Drop what came unchanged from the operator's environment, except the allowlist and ours."""
     return {k: v for k, v in env.items() if k in ENV_ALLOWLIST or k in ours or inherited.get(k) != v}
 

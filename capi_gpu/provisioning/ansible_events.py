@@ -212,14 +212,10 @@ class EventFolder:
         artifact = data.get("artifact_data")
         self._artifact_data = dict(artifact) if isinstance(artifact, Mapping) else {}
 
-    def result(
-        self, runner_status: str, artifacts: Path, duration_s: float, tail: str = ""
-    ) -> PlaybookResult:
+    def result(self, runner_status: str, artifacts: Path, duration_s: float, tail: str = "") -> PlaybookResult:
         """The run's result, from the folded events and ansible-runner's final status string."""
         status, failed = self._status(runner_status, tail)
-        reason = (
-            str(self._artifact_data.get(REBOOT_REASON_KEY, "")) if status is RunStatus.REBOOT_NEEDED else ""
-        )
+        reason = str(self._artifact_data.get(REBOOT_REASON_KEY, "")) if status is RunStatus.REBOOT_NEEDED else ""
         return PlaybookResult(status, self._stats, artifacts, duration_s, failed, reason)
 
     def _status(self, runner_status: str, tail: str) -> tuple[RunStatus, FailedTask | None]:
@@ -235,9 +231,7 @@ class EventFolder:
                 return RunStatus.UNREACHABLE, self._failed
             return RunStatus.FAILED, self._failed
         if runner_status != "successful" or not self._saw_stats:
-            return RunStatus.ERROR, FailedTask(
-                "", "ansible-playbook", sanitize(tail or runner_status, self.secrets)
-            )
+            return RunStatus.ERROR, FailedTask("", "ansible-playbook", sanitize(tail or runner_status, self.secrets))
         if self._artifact_data.get(REBOOT_STATS_KEY) is True:
             return RunStatus.REBOOT_NEEDED, None
         return RunStatus.SUCCEEDED, None

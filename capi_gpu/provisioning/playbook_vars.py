@@ -6,20 +6,23 @@ controller sets has one field, validated before anything reaches a host, and ``e
 only place that spells the role variable names. The roles' ``defaults/main.yml`` stay the single
 home of the defaults: a field left ``None`` is not sent, so the role default applies.
 
-The MIG layout arrives already rendered (``capi_gpu.gpu.layout`` validates the layout and renders
-the mig-parted config); this module only checks that the text names the config it claims to, so a
-bad layout never reaches the playbook and Jinja never re-derives one.
+The MIG layout arrives already rendered: ``MigLayoutVars.render`` validates it with
+``capi_gpu.gpu.layout`` and renders the mig-parted config with ``capi_gpu.gpu.migparted``; the model
+itself only checks that the text names the config it claims to. So a bad layout never reaches the
+playbook, and Jinja never re-derives one.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from capi_gpu import domain
+from capi_gpu.gpu import catalog, layout, migparted
 
 MIN_DRIVER_BRANCH: Final = 575
 """RTX PRO 6000 Blackwell MIG needs R575 (>= 575.51.03); the nvidia_driver role refuses lower too."""
@@ -90,6 +93,28 @@ class MigLayoutVars(BaseModel):
     @property
     def mig_enabled(self) -> bool:
         return bool(self.expected_profiles)
+
+    @classmethod
+    def render(cls, model: catalog.GpuModel, spec: str | Mapping[str, int] | None) -> MigLayoutVars:
+        """Validate ``spec`` (a preset name or profile counts; ``None``: MIG off) and render its config.
+
+        Raises ``capi_gpu.gpu.layout.LayoutError`` for a layout the GPU cannot hold, so a bad layout
+        never reaches the playbook.
+        """
+        if spec is None:
+            return cls(
+                config_yaml=migparted.render(model, {"mig-disabled": None}),
+                config_name="mig-disabled",
+                expected_profiles={},
+            )
+        chosen = migparted.resolve(model, spec)
+        name = spec.strip() if isinstance(spec, str) and spec.strip() in migparted.presets(model) else None
+        name = name or layout.layout_key(chosen)
+        return cls(
+            config_yaml=migparted.render(model, {name: chosen}),
+            config_name=name,
+            expected_profiles=chosen.as_dict(),
+        )
 
 
 class PlaybookVars(BaseModel):

@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from capi_gpu import domain
+from capi_gpu.gpu import catalog, layout
 from capi_gpu.provisioning import ansible
 from capi_gpu.provisioning import playbook_vars as pv
 
@@ -22,7 +23,7 @@ mig-configs:
 """
 
 
-def layout() -> pv.MigLayoutVars:
+def sample_layout() -> pv.MigLayoutVars:
     return pv.MigLayoutVars(
         config_yaml=CONFIG, config_name="capi-gpu-2x1g.24gb-1x2g.48gb", expected_profiles={"1g.24gb": 2, "2g.48gb": 1}
     )
@@ -39,7 +40,7 @@ def test_every_extra_var_is_a_variable_some_role_defines() -> None:
     repo = pv.AptRepository(uri="file:/srv/capi-gpu-apt/nvidia", suite="./", trusted=True)
     full = pv.PlaybookVars(
         kubernetes_version="v1.36.3",
-        mig=layout(),
+        mig=sample_layout(),
         nvidia_repo=repo,
         container_toolkit_repo=repo,
         containerd_repo=repo,
@@ -51,7 +52,7 @@ def test_every_extra_var_is_a_variable_some_role_defines() -> None:
 
 
 def test_unset_fields_are_left_to_the_role_defaults() -> None:
-    extra = pv.PlaybookVars(kubernetes_version="v1.36.3", mig=layout()).extra_vars()
+    extra = pv.PlaybookVars(kubernetes_version="v1.36.3", mig=sample_layout()).extra_vars()
     assert extra == {
         "kubelet_kubernetes_version": "1.36.3",
         "nvidia_driver_branch": "580",
@@ -67,7 +68,7 @@ def test_a_repository_is_sent_in_the_shape_apt_source_takes() -> None:
         uri="https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
         key_url="https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
     )
-    extra = pv.PlaybookVars(kubernetes_version="1.36.3", mig=layout(), kubernetes_repo=repo).extra_vars()
+    extra = pv.PlaybookVars(kubernetes_version="1.36.3", mig=sample_layout(), kubernetes_repo=repo).extra_vars()
     assert extra["kubelet_repo"] == {
         "uri": "https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
         "suite": "/",
@@ -79,8 +80,10 @@ def test_a_repository_is_sent_in_the_shape_apt_source_takes() -> None:
 
 def test_a_driver_branch_without_mig_on_this_gpu_is_refused() -> None:
     with pytest.raises(ValidationError, match="575"):
-        pv.PlaybookVars(kubernetes_version="v1.36.3", mig=layout(), driver_branch="570")
-    assert pv.PlaybookVars(kubernetes_version="v1.36.3", mig=layout(), driver_branch="575").driver_branch == "575"
+        pv.PlaybookVars(kubernetes_version="v1.36.3", mig=sample_layout(), driver_branch="570")
+    assert (
+        pv.PlaybookVars(kubernetes_version="v1.36.3", mig=sample_layout(), driver_branch="575").driver_branch == "575"
+    )
 
 
 def test_only_a_local_file_repository_may_be_unsigned() -> None:
@@ -108,3 +111,21 @@ def test_profile_names_are_checked_and_zero_counts_dropped() -> None:
         expected_profiles={"1g.24gb": 2, "4g.96gb": 0, "1g.24gb+me": 0},
     )
     assert mig.expected_profiles == {"1g.24gb": 2} and mig.mig_enabled
+
+
+def test_render_validates_the_layout_and_renders_the_config_the_role_copies() -> None:
+    model = catalog.builtin_catalog().model("rtx-pro-6000")
+    mig = pv.MigLayoutVars.render(model, {"1g.24gb": 2, "2g.48gb": 1})
+    assert mig.config_name == "2x1g.24gb_1x2g.48gb"
+    assert mig.expected_profiles == {"1g.24gb": 2, "2g.48gb": 1}
+    entry = yaml.safe_load(mig.config_yaml)["mig-configs"][mig.config_name][0]
+    assert entry == {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb": 2, "2g.48gb": 1}}
+    assert pv.MigLayoutVars.render(model, "all-balanced").config_name == "all-balanced"
+    off = pv.MigLayoutVars.render(model, None)
+    assert not off.mig_enabled and "mig-enabled: false" in off.config_yaml
+
+
+def test_a_layout_the_gpu_cannot_hold_never_becomes_playbook_vars() -> None:
+    model = catalog.builtin_catalog().model("rtx-pro-6000")
+    with pytest.raises(layout.LayoutError, match="at most 2 fit"):
+        pv.MigLayoutVars.render(model, {"2g.48gb": 3})
