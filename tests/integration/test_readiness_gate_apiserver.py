@@ -223,3 +223,13 @@ def test_gate_slice_and_claim_status(kubectl: Kubectl) -> None:
     refused = kubectl.run("replace", "--subresource=status", "-f", "-", body=claim, as_writer=True)
     assert refused.returncode != 0
     assert "resourceclaims/driver" in refused.stderr
+
+
+def test_unready_gate_slice_with_device_taint_validates(kubectl: Kubectl) -> None:
+    node = create_node(kubectl, "gex131-t")
+    gate = decisions.gate_slice("gex131-t", 2, ready=False, node_uid=node["metadata"]["uid"])
+    kubectl.ok("create", "-f", "-", body=gate, as_writer=True)
+    (device,) = kubectl.get("resourceslice", gate["metadata"]["name"])["spec"]["devices"]
+    (taint,) = device["taints"]
+    assert (taint["key"], taint["effect"]) == (domain.GATE_DEVICE_TAINT, "NoSchedule")
+    assert "timeAdded" in taint  # set by the apiserver

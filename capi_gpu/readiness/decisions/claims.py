@@ -16,6 +16,10 @@ it, and fail the claim if it ever does not hold.
 to that node (``allocation.nodeSelector`` = the node), which is exactly what ``bindsToNode`` would add.
 It only matters for devices reachable from many nodes.
 
+While the node is not GPU ready the gate device carries a ``NoSchedule`` device taint: a pod that
+tolerates node taints wholesale (``operator: Exists``) would otherwise be allocated, failed and
+re-allocated on the same node in a loop, as the KEP warns; with the taint the allocator moves on.
+
 Policy (``claim_gate_decision``), measured from ``allocation.allocationTimestamp``:
 
 * bind when the node's verdict is Ready and every GPU result is in the node's current pool without a
@@ -97,16 +101,30 @@ def gate_slice_name(node_name: str) -> str:
     return f"{node_name[: _NAME_LIMIT - len(digest) - 6]}-{digest}-gate"
 
 
-def gate_slice(node_name: str, generation: int, *, node_uid: str | None = None) -> dict[str, Any]:
+def gate_slice(
+    node_name: str, generation: int, *, ready: bool = True, node_uid: str | None = None
+) -> dict[str, Any]:
     """The ResourceSlice our gate driver publishes for one GPU node (one pool, one slice, one device).
 
-    With ``node_uid`` the slice is owned by the Node, so deleting the Node garbage-collects it.
+    ``ready=False`` (pass the node verdict) taints the gate device ``NoSchedule``, so new allocations
+    avoid the node even for pods that tolerate its startup taint, and a claim failed here is not
+    re-allocated to the same node; allocations already made are untouched. Bump ``generation`` whenever
+    the slice changes: consumers trust only the highest. With ``node_uid`` the slice is owned by the
+    Node, so deleting the Node garbage-collects it.
     """
     metadata: dict[str, Any] = {"name": gate_slice_name(node_name)}
     if node_uid:
         metadata["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
         ]
+    device: dict[str, Any] = {
+        "name": domain.GATE_DEVICE_NAME,
+        "allowMultipleAllocations": True,
+        "bindingConditions": [domain.GATE_BINDING_CONDITION],
+        "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
+    }
+    if not ready:
+        device["taints"] = [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -115,14 +133,7 @@ def gate_slice(node_name: str, generation: int, *, node_uid: str | None = None) 
             "driver": domain.GATE_DRIVER,
             "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
             "nodeName": node_name,
-            "devices": [
-                {
-                    "name": domain.GATE_DEVICE_NAME,
-                    "allowMultipleAllocations": True,
-                    "bindingConditions": [domain.GATE_BINDING_CONDITION],
-                    "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
-                }
-            ],
+            "devices": [device],
         },
     }
 

@@ -69,3 +69,11 @@ def test_gate_slice_is_what_a_pool_reader_sees_as_one_complete_pool() -> None:
     (pool,) = decisions.current_pools([decisions.gate_slice("n", 2)], "n", domain.GATE_DRIVER).values()
     assert pool.complete
     assert set(pool.devices) == {domain.GATE_DEVICE_NAME}
+
+
+def test_gate_device_is_tainted_while_the_node_is_not_ready() -> None:
+    (device,) = decisions.gate_slice("n", 4, ready=False)["spec"]["devices"]
+    assert device["taints"] == [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
+    assert device["bindingConditions"] == [domain.GATE_BINDING_CONDITION]
+    (ready,) = decisions.gate_slice("n", 5, ready=True)["spec"]["devices"]
+    assert "taints" not in ready
