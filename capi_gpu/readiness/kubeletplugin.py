@@ -82,9 +82,7 @@ class _Registration(reg_grpc.RegistrationServicer):
             supported_versions=[DRA_SERVICE],
         )
 
-    def NotifyRegistrationStatus(
-        self, request: reg.RegistrationStatus, context: Any
-    ) -> reg.RegistrationStatusResponse:
+    def NotifyRegistrationStatus(self, request: reg.RegistrationStatus, context: Any) -> reg.RegistrationStatusResponse:
         self._on_status(RegistrationResult(request.plugin_registered, request.error))
         return reg.RegistrationStatusResponse()
 
@@ -144,9 +142,7 @@ class GatePlugin:
         )
 
     def stop(self, grace: float = 2.0) -> None:
-        for server, socket in zip(
-            self._servers, (self.paths.registration_socket, self.paths.dra_socket), strict=False
-        ):
+        for server, socket in zip(self._servers, (self.paths.registration_socket, self.paths.dra_socket), strict=False):
             socket.unlink(missing_ok=True)
             server.stop(grace).wait()
         self._servers = []

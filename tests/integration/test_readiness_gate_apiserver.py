@@ -29,9 +29,7 @@ EXPECTED = decisions.ExpectedPool(profiles={"1g.24gb": 2, "2g.48gb": 1})
 
 def _fixtures() -> ModuleType:
     """The NVIDIA-format slice builders the unit tests use (tests/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "nvidia_slices", ROOT / "tests/unit/readiness/nvidia_slices.py"
-    )
+    spec = importlib.util.spec_from_file_location("nvidia_slices", ROOT / "tests/unit/readiness/nvidia_slices.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -62,9 +60,7 @@ class Kubectl:
     def write_node(self, name: str, write: decisions.NodeWrite) -> subprocess.CompletedProcess[str]:
         kind = "strategic" if write.content_type == decisions.node.STRATEGIC_MERGE_PATCH else "json"
         sub = ["--subresource=status"] if write.subresource is decisions.NodeSubresource.STATUS else []
-        return self.run(
-            "patch", "node", name, *sub, f"--type={kind}", "-p", json.dumps(write.body), as_writer=True
-        )
+        return self.run("patch", "node", name, *sub, f"--type={kind}", "-p", json.dumps(write.body), as_writer=True)
 
 
 @pytest.fixture(scope="module")
@@ -156,9 +152,7 @@ def test_gate_slice_and_claim_status(kubectl: Kubectl) -> None:
     stored = kubectl.get("resourceslice", gate["metadata"]["name"])
     assert stored["spec"]["devices"] == gate["spec"]["devices"]
 
-    template = next(
-        d for d in yaml.safe_load_all((ROOT / "config/dra/claims/mig-profiles.yaml").read_text()) if d
-    )
+    template = next(d for d in yaml.safe_load_all((ROOT / "config/dra/claims/mig-profiles.yaml").read_text()) if d)
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -197,9 +191,7 @@ def test_gate_slice_and_claim_status(kubectl: Kubectl) -> None:
 
     slices = kubectl.get("resourceslices")["items"]
     verdicts = {"gex131-c": decisions.pool_verdict(slices, "gex131-c", EXPECTED)}
-    decision = decisions.claim_gate_decision(
-        claim, verdicts, decisions.current_pools(slices, "gex131-c"), now()
-    )
+    decision = decisions.claim_gate_decision(claim, verdicts, decisions.current_pools(slices, "gex131-c"), now())
     assert decision.outcome is decisions.GateOutcome.BIND, decision.message
     claim["status"]["devices"] = decisions.merged_device_statuses(claim, decision.entries)
     kubectl.ok("replace", "--subresource=status", "-f", "-", body=claim, as_writer=True)

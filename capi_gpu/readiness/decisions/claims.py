@@ -101,9 +101,7 @@ def gate_slice_name(node_name: str) -> str:
     return f"{node_name[: _NAME_LIMIT - len(digest) - 6]}-{digest}-gate"
 
 
-def gate_slice(
-    node_name: str, generation: int, *, ready: bool = True, node_uid: str | None = None
-) -> dict[str, Any]:
+def gate_slice(node_name: str, generation: int, *, ready: bool = True, node_uid: str | None = None) -> dict[str, Any]:
     """The ResourceSlice our gate driver publishes for one GPU node (one pool, one slice, one device).
 
     ``ready=False`` (pass the node verdict) taints the gate device ``NoSchedule``, so new allocations
@@ -162,9 +160,7 @@ def claim_gate_decision(
     if _settled(gates, existing):
         return ClaimGateDecision(GateOutcome.SETTLED, node=node_name)
     gpus = [r for r in results if r.get("driver") == domain.NVIDIA_DRIVER]
-    finding = _assess(
-        node_name, gates, gpus, node_verdicts.get(node_name), current_pool_devices.get(node_name)
-    )
+    finding = _assess(node_name, gates, gpus, node_verdicts.get(node_name), current_pool_devices.get(node_name))
     generation = _map(claim.get("metadata")).get("generation")
     if finding is None:
         message = f"node {node_name} GPU ready and the claim's devices are in its current pool"
@@ -180,9 +176,7 @@ def claim_gate_decision(
         return ClaimGateDecision(GateOutcome.BIND, GateReason.GPU_READY, message, node_name, entries)
     deadline = _allocated_at(claim) + grace if finding.transient else None
     if deadline is not None and now < deadline:
-        return ClaimGateDecision(
-            GateOutcome.WAIT, finding.reason, finding.message, node_name, recheck_at=deadline
-        )
+        return ClaimGateDecision(GateOutcome.WAIT, finding.reason, finding.message, node_name, recheck_at=deadline)
     message = finding.message if deadline is None else f"{finding.message} (still after {grace})"
     entries = _entries(
         gates, existing, ready=False, reason=finding.reason, message=message, now=now, generation=generation
@@ -209,17 +203,13 @@ def _assess(
         if device is not None and (tainted := _untolerated(node_name, result, device)) is not None:
             return tainted
     if verdict is None:
-        return _Finding(
-            GateReason.NODE_UNKNOWN, f"node {node_name} has not been evaluated yet", transient=True
-        )
+        return _Finding(GateReason.NODE_UNKNOWN, f"node {node_name} has not been evaluated yet", transient=True)
     if not verdict.ready:
         message = f"node {node_name} not GPU ready: {verdict.reason}: {verdict.message}"
         return _Finding(GateReason.NODE_NOT_READY, message, transient=_transient(verdict.reason))
     missing = sorted(str(r.get("device", "")) for r in gpus if str(r.get("device", "")) not in devices)
     if missing:
-        where = (
-            f"generation {pool.generation} of pool {node_name}" if pool is not None else f"pool {node_name}"
-        )
+        where = f"generation {pool.generation} of pool {node_name}" if pool is not None else f"pool {node_name}"
         trusted = pool is not None and pool.complete
         message = f"{', '.join(missing)} not in {where}"
         return _Finding(GateReason.DEVICE_MISSING, message, transient=not trusted)
@@ -239,9 +229,7 @@ def _untolerated(node_name: str, result: Mapping[str, Any], device: pools.PoolDe
 def _transient(reason: pools.PoolReason) -> bool:
     """Whether a node verdict may clear on its own within the grace period."""
     match reason:
-        case (
-            pools.PoolReason.NO_SLICES | pools.PoolReason.POOL_INCOMPLETE | pools.PoolReason.STALE_GENERATION
-        ):
+        case pools.PoolReason.NO_SLICES | pools.PoolReason.POOL_INCOMPLETE | pools.PoolReason.STALE_GENERATION:
             return True
         case (
             pools.PoolReason.HOST_MISMATCH
@@ -324,14 +312,9 @@ def device_status_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
     )
 
 
-def merged_device_statuses(
-    claim: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+def merged_device_statuses(claim: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The claim's whole ``status.devices`` with ``entries`` upserted, for writers that replace the list."""
-    merged = {
-        device_status_key(d): dict(d)
-        for d in (_map(x) for x in _map(claim.get("status")).get("devices") or [])
-    }
+    merged = {device_status_key(d): dict(d) for d in (_map(x) for x in _map(claim.get("status")).get("devices") or [])}
     for entry in entries:
         merged[device_status_key(entry)] = dict(entry)
     return list(merged.values())

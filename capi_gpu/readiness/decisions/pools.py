@@ -292,9 +292,7 @@ def _stale(devices: list[PoolDevice], expected: ExpectedPool, generation: int) -
     ]
 
 
-def _layout(
-    pools: Mapping[str, CurrentPool], devices: list[PoolDevice], expected: ExpectedPool
-) -> list[Problem]:
+def _layout(pools: Mapping[str, CurrentPool], devices: list[PoolDevice], expected: ExpectedPool) -> list[Problem]:
     parts: list[str] = []
     duplicates = {name for p in pools.values() for name in p.duplicates}
     if duplicates:
@@ -313,8 +311,7 @@ def _layout(
         parts.append("missing " + ", ".join(f"{k}={n}" for k, n in sorted(missing.items())))
     if extra:
         parts.append(
-            "unexpected "
-            + ", ".join(f"{k}={n} ({_names(names_by_kind[k])})" for k, n in sorted(extra.items()))
+            "unexpected " + ", ".join(f"{k}={n} ({_names(names_by_kind[k])})" for k, n in sorted(extra.items()))
         )
     if expected.device_names is not None and not missing and not extra:
         published = {d.name for d in devices}
@@ -328,24 +325,16 @@ def _layout(
 
 
 def _tainted(devices: list[PoolDevice]) -> list[Problem]:
-    tainted = [
-        f"{d.name} ({', '.join(t.describe() for t in d.blocking_taints)})"
-        for d in devices
-        if d.blocking_taints
-    ]
+    tainted = [f"{d.name} ({', '.join(t.describe() for t in d.blocking_taints)})" for d in devices if d.blocking_taints]
     if not tainted:
         return []
     return [Problem(PoolReason.DEVICE_TAINTED, "tainted by the driver: " + _names(tainted, keep_order=True))]
 
 
-def _verdict(
-    node_name: str, problems: list[Problem], generation: int | None, expected: ExpectedPool
-) -> PoolVerdict:
+def _verdict(node_name: str, problems: list[Problem], generation: int | None, expected: ExpectedPool) -> PoolVerdict:
     if not problems:
         promised = ", ".join(f"{p}={n}" for p, n in sorted(expected.profiles.items()) if n > 0)
-        message = (
-            f"pool {node_name} generation {generation} matches the layout ({promised or 'no MIG devices'})"
-        )
+        message = f"pool {node_name} generation {generation} matches the layout ({promised or 'no MIG devices'})"
         return PoolVerdict(node_name, PoolReason.READY, message, (), generation)
     order = list(PoolReason)
     ranked = sorted(problems, key=lambda p: order.index(p.reason))

@@ -50,9 +50,7 @@ def claim(
     devices: list[dict[str, Any]] | None = None,
     allocated: str | None = "2026-09-01T12:00:00Z",
 ) -> dict[str, Any]:
-    results = [
-        {"request": "mig", "driver": "gpu.nvidia.com", "pool": NODE, "device": GPU_DEVICE, **(gpu or {})}
-    ]
+    results = [{"request": "mig", "driver": "gpu.nvidia.com", "pool": NODE, "device": GPU_DEVICE, **(gpu or {})}]
     if gate:
         results.append(gate_result())
     allocation: dict[str, Any] = {"devices": {"results": results}}
@@ -94,9 +92,7 @@ class Case:
     says: str = ""
 
 
-TAINTED_POOL = slices(
-    [nv.mig_device("1g.24gb", 6, taints=[nv.xid_taint()]), *nv.layout_devices(nv.BALANCED[1:])]
-)
+TAINTED_POOL = slices([nv.mig_device("1g.24gb", 6, taints=[nv.xid_taint()]), *nv.layout_devices(nv.BALANCED[1:])])
 CASES = [
     Case("ready-binds", claim(), slices(), SOON, GateOutcome.BIND, GateReason.GPU_READY),
     Case("no-gate-device", claim(gate=False), slices(), SOON, GateOutcome.NOT_GATED),
@@ -240,9 +236,7 @@ def test_node_not_evaluated_yet_waits_until_grace() -> None:
 
 def test_grace_is_configurable() -> None:
     verdicts, current = world([])
-    decision = decisions.claim_gate_decision(
-        claim(), verdicts, current, LATE, grace=datetime.timedelta(minutes=5)
-    )
+    decision = decisions.claim_gate_decision(claim(), verdicts, current, LATE, grace=datetime.timedelta(minutes=5))
     assert decision.outcome is GateOutcome.WAIT
     assert decision.recheck_at == ALLOCATED + datetime.timedelta(minutes=5)
 
@@ -250,16 +244,10 @@ def test_grace_is_configurable() -> None:
 def test_tolerated_device_taint_does_not_fail_the_claim() -> None:
     tolerant = claim(gpu={"tolerations": [{"key": "gpu.nvidia.com/xid", "operator": "Exists"}]})
     ready = {NODE: decisions.pool_verdict(slices(), NODE, EXPECTED)}  # verdict from before the XID
-    decision = decisions.claim_gate_decision(
-        tolerant, ready, decisions.current_pools(TAINTED_POOL, NODE), SOON
-    )
+    decision = decisions.claim_gate_decision(tolerant, ready, decisions.current_pools(TAINTED_POOL, NODE), SOON)
     assert decision.outcome is GateOutcome.BIND
-    intolerant = claim(
-        gpu={"tolerations": [{"key": "gpu.nvidia.com/xid", "value": "13", "effect": "NoSchedule"}]}
-    )
-    decision = decisions.claim_gate_decision(
-        intolerant, ready, decisions.current_pools(TAINTED_POOL, NODE), SOON
-    )
+    intolerant = claim(gpu={"tolerations": [{"key": "gpu.nvidia.com/xid", "value": "13", "effect": "NoSchedule"}]})
+    decision = decisions.claim_gate_decision(intolerant, ready, decisions.current_pools(TAINTED_POOL, NODE), SOON)
     assert decision.reason is GateReason.DEVICE_TAINTED
 
 

@@ -132,14 +132,10 @@ def test_gate_plugin_daemonset() -> None:
     ds = only("dra/gate-plugin-daemonset.yaml")
     assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
-    assert (
-        ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
-    )
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert pod["priorityClassName"] == "system-node-critical"
     assert pod["nodeSelector"] == {domain.LABEL_GPU_PRESENT: "true"}
-    assert {"key": domain.NODE_STARTUP_TAINT, "operator": "Exists", "effect": "NoSchedule"} in pod[
-        "tolerations"
-    ]
+    assert {"key": domain.NODE_STARTUP_TAINT, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/capi-gpu/capi-gpu:dev"
     assert container["command"] == ["capi-gpu", "gate-plugin", "serve"]

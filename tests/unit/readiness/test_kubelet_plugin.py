@@ -56,9 +56,7 @@ def kubelet_registers(paths: kubeletplugin.PluginPaths, *, accept: bool = True) 
         ok = info.type == "DRAPlugin" and "v1.DRAPlugin" in info.supported_versions
         ok = ok and stat.S_ISSOCK(os.stat(info.endpoint).st_mode)
         stub.NotifyRegistrationStatus(
-            reg.RegistrationStatus(
-                plugin_registered=ok and accept, error="" if ok and accept else "rejected"
-            ),
+            reg.RegistrationStatus(plugin_registered=ok and accept, error="" if ok and accept else "rejected"),
             timeout=5,
         )
     return info
@@ -83,9 +81,7 @@ def test_kubelet_registration_then_prepare_and_unprepare(paths: kubeletplugin.Pl
             assert set(prepared.claims) == {c.uid for c in CLAIMS}
             for result in prepared.claims.values():
                 assert (result.error, list(result.devices)) == ("", [])
-            unprepared = stub.NodeUnprepareResources(
-                dra.NodeUnprepareResourcesRequest(claims=CLAIMS), timeout=5
-            )
+            unprepared = stub.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=CLAIMS), timeout=5)
             assert set(unprepared.claims) == {c.uid for c in CLAIMS}
             assert all(r.error == "" for r in unprepared.claims.values())
         assert kubeletplugin.probe(paths) is None
@@ -141,9 +137,7 @@ def cli_argv(paths: kubeletplugin.PluginPaths, action: str) -> list[str]:
 
 
 def run_cli(paths: kubeletplugin.PluginPaths, action: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        cli_argv(paths, action), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    return subprocess.Popen(cli_argv(paths, action), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def probe_cli(paths: kubeletplugin.PluginPaths) -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,7 @@ from capi_gpu.readiness.decisions import NodeSubresource, PoolReason
 NOW = datetime.datetime(2026, 9, 1, 12, 0, 0, tzinfo=datetime.UTC)
 EARLIER = "2026-09-01T11:00:00Z"
 READY = decisions.PoolVerdict("n1", PoolReason.READY, "pool n1 generation 1 matches the layout", (), 1)
-INCOMPLETE = decisions.PoolVerdict(
-    "n1", PoolReason.POOL_INCOMPLETE, "pool n1 generation 2: 1 of 2 slices", (), 2
-)
+INCOMPLETE = decisions.PoolVerdict("n1", PoolReason.POOL_INCOMPLETE, "pool n1 generation 2: 1 of 2 slices", (), 2)
 TAINTED = decisions.PoolVerdict("n1", PoolReason.DEVICE_TAINTED, "tainted by the driver: gpu-0-mig-…", (), 3)
 STARTUP = {"key": domain.NODE_STARTUP_TAINT, "effect": "NoSchedule"}
 OTHER = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -58,12 +56,8 @@ CASES = [
     Case("ready-node-xid", node([], cond(READY)), TAINTED, [STARTUP], "False"),
     Case("reason-changes-status-stays", node([STARTUP], cond(INCOMPLETE)), TAINTED, None, "False", True),
     Case("taint-removed-by-someone", node([], cond(INCOMPLETE)), INCOMPLETE, [STARTUP], None),
-    Case(
-        "wrong-effect-normalised", node([{**STARTUP, "effect": "NoExecute"}]), INCOMPLETE, [STARTUP], "False"
-    ),
-    Case(
-        "duplicate-taint-normalised", node([STARTUP, STARTUP], cond(INCOMPLETE)), INCOMPLETE, [STARTUP], None
-    ),
+    Case("wrong-effect-normalised", node([{**STARTUP, "effect": "NoExecute"}]), INCOMPLETE, [STARTUP], "False"),
+    Case("duplicate-taint-normalised", node([STARTUP, STARTUP], cond(INCOMPLETE)), INCOMPLETE, [STARTUP], None),
     Case("node-without-spec-taints", {"metadata": {"name": "n1"}, "spec": {}}, READY, None, "True"),
 ]
 
@@ -94,9 +88,7 @@ def test_node_gate_patch(case: Case) -> None:
         assert condition["reason"] == case.verdict.reason.value
         assert condition["message"] == case.verdict.message
         assert condition["lastHeartbeatTime"] == "2026-09-01T12:00:00Z"
-        assert condition["lastTransitionTime"] == (
-            EARLIER if case.transition_kept else "2026-09-01T12:00:00Z"
-        )
+        assert condition["lastTransitionTime"] == (EARLIER if case.transition_kept else "2026-09-01T12:00:00Z")
     assert patch.empty is (case.taints_after is None and case.condition_status is None)
 
 

@@ -13,9 +13,7 @@ from capi_gpu.readiness.decisions import PoolReason
 
 NODE = "gex131-a"
 BALANCED = decisions.ExpectedPool(profiles={"1g.24gb": 2, "2g.48gb": 1})
-BALANCED_NAMES = dataclasses.replace(
-    BALANCED, device_names=frozenset(nv.mig_name(p, s) for p, s in nv.BALANCED)
-)
+BALANCED_NAMES = dataclasses.replace(BALANCED, device_names=frozenset(nv.mig_name(p, s) for p, s in nv.BALANCED))
 
 
 def one(devices: list[dict[str, Any]], **kw: Any) -> list[dict[str, Any]]:
@@ -172,9 +170,7 @@ CASES = [
         one(
             [
                 *nv.layout_devices(nv.BALANCED[1:]),
-                nv.mig_device(
-                    "1g.24gb", 6, taints=[{"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"}]
-                ),
+                nv.mig_device("1g.24gb", 6, taints=[{"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"}]),
             ]
         ),
         BALANCED,
@@ -202,9 +198,7 @@ CASES = [
     Case(
         "host-disagrees",
         one(nv.layout_devices(nv.BALANCED)),
-        dataclasses.replace(
-            BALANCED, host_agrees=False, host_detail="mig.mode.pending=Enabled current=Disabled"
-        ),
+        dataclasses.replace(BALANCED, host_agrees=False, host_detail="mig.mode.pending=Enabled current=Disabled"),
         PoolReason.HOST_MISMATCH,
         ("mig.mode.pending=Enabled",),
     ),
@@ -218,17 +212,13 @@ CASES = [
     Case(
         "uuids-match-host",
         one(nv.layout_devices(nv.BALANCED, seed="boot2")),
-        dataclasses.replace(
-            BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)
-        ),
+        dataclasses.replace(BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)),
         PoolReason.READY,
     ),
     Case(
         "stale-after-relayout",
         one(nv.layout_devices(nv.ALL_1G, seed="boot1")),
-        dataclasses.replace(
-            BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)
-        ),
+        dataclasses.replace(BALANCED, host_mig_uuids=frozenset(nv.mig_uuid(p, s, "boot2") for p, s in nv.BALANCED)),
         PoolReason.STALE_GENERATION,
         ("restart it", "pool differs from the MIG layout"),
     ),
@@ -258,9 +248,7 @@ def test_every_problem_is_reported_in_priority_order() -> None:
 
 
 def test_long_lists_are_bounded() -> None:
-    devices = [
-        nv.mig_device("1g.24gb", 0, taints=[nv.xid_taint(i)]) | {"name": f"d{i:02}"} for i in range(20)
-    ]
+    devices = [nv.mig_device("1g.24gb", 0, taints=[nv.xid_taint(i)]) | {"name": f"d{i:02}"} for i in range(20)]
     verdict = decisions.pool_verdict(one(devices), NODE, decisions.ExpectedPool(profiles={"1g.24gb": 20}))
     assert verdict.reason is PoolReason.DEVICE_TAINTED
     assert "and 12 more" in verdict.message

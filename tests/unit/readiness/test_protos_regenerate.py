@@ -40,9 +40,6 @@ def test_regenerating_yields_the_committed_files(tmp_path: pathlib.Path) -> None
 def test_services_keep_the_names_the_kubelet_dials() -> None:
     from capi_gpu.readiness.proto import dra_v1_pb2, pluginregistration_v1_pb2
 
-    assert (
-        dra_v1_pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
-        == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
-    )
+    assert dra_v1_pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
     registration = pluginregistration_v1_pb2.DESCRIPTOR.services_by_name["Registration"]
     assert registration.full_name == "pluginregistration.Registration"
