@@ -76,9 +76,22 @@ build_kine() {
   log "kine $KINE_VERSION: built into $out"
 }
 
+capi_assets() { # CRDs and webhook configurations, taken from the same module as the manager
+  local out=$1 dir
+  dir=$(go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$out/crds" "$out/webhook"
+  cp "$dir"/core/config/crd/bases/*.yaml "$dir"/bootstrap/kubeadm/config/crd/bases/*.yaml \
+     "$dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$out/crds/"
+  cp "$dir"/core/config/webhook/manifests.yaml "$out/webhook/core.yaml"
+  chmod -R u+w "$out"
+}
+
 build_capi() {
   local out=$BIN/capi-$CAPI_VERSION
-  if [ -f "$out/.done" ]; then log "capi $CAPI_VERSION: cached in $out"; return; fi
+  if [ -f "$out/.done" ]; then
+    if [ ! -f "$out/webhook/core.yaml" ]; then need_go; step="capi: copy assets"; capi_assets "$out"; fi
+    log "capi $CAPI_VERSION: cached in $out"; return
+  fi
   need_go
   step="capi: wrapper module (api submodule pinned to $CAPI_VERSION)"; log "$step"
   wrapper "$WORK/capi-$CAPI_VERSION"
@@ -86,15 +99,11 @@ build_capi() {
   go mod edit -replace="sigs.k8s.io/cluster-api/api=sigs.k8s.io/cluster-api/api@$CAPI_VERSION"
   step="capi: go get sigs.k8s.io/cluster-api@$CAPI_VERSION"; log "$step"
   go get "sigs.k8s.io/cluster-api@$CAPI_VERSION"
-  local dir
-  dir=$(go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
-  mkdir -p "$out.tmp/crds"
+  mkdir -p "$out.tmp"
   step="capi: go build core manager"; log "$step"
   go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION" -o "$out.tmp/cluster-api-manager" sigs.k8s.io/cluster-api/core
-  step="capi: copy CRDs from the module"; log "$step"
-  cp "$dir"/core/config/crd/bases/*.yaml "$dir"/bootstrap/kubeadm/config/crd/bases/*.yaml \
-     "$dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$out.tmp/crds/"
-  chmod -R u+w "$out.tmp"
+  step="capi: copy CRDs and webhook configurations from the module"; log "$step"
+  capi_assets "$out.tmp"
   rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
   log "capi $CAPI_VERSION: built into $out"
 }

@@ -52,8 +52,14 @@ def _structural(node: dict[str, Any], in_status: bool) -> dict[str, Any]:
         node.pop("type", None)
     default = node.get("default")
     # Object/array defaults from pydantic carry nulls the apiserver would reject; status needs none.
-    if "default" in node and (in_status or isinstance(default, dict | list) or default is None):
+    # An object default becomes {} so the apiserver descends into it and applies the inner defaults.
+    if "default" in node and (in_status or isinstance(default, list) or default is None):
         node.pop("default")
+    elif isinstance(default, dict):
+        if node.get("required"):
+            node.pop("default")
+        else:
+            node["default"] = {}
     if node.get("type") == "object" and "properties" not in node and "additionalProperties" not in node:
         node["x-kubernetes-preserve-unknown-fields"] = True
     return node

@@ -43,6 +43,7 @@ class Binaries:
     kine: Path
     capi_manager: Path
     capi_crds: Path
+    capi_webhooks: Path
     kustomize: Path
 
     def all(self) -> list[Path]:
@@ -74,6 +75,7 @@ def locate() -> Binaries:
         kine=b / f"kine-{v['KINE_VERSION']}" / "kine",
         capi_manager=capi / "cluster-api-manager",
         capi_crds=capi / "crds",
+        capi_webhooks=capi / "webhook" / "core.yaml",
         kustomize=b / f"kustomize-{v['KUSTOMIZE_VERSION']}" / "kustomize",
     )
 

@@ -6,7 +6,8 @@ InfraMachine flow, and kube-scheduler's DRA allocation with the binding-conditio
 
 The workload cluster is the same apiserver (a self-hosted cluster): ``<cluster>-kubeconfig`` points back
 at it. Simulated nodes are plain Node objects (the simulated kubelet writes them), so the
-node-lifecycle controller is not run: nothing would heartbeat for it. Every listener binds 127.0.0.1,
+node-lifecycle controller is not run (nothing would heartbeat for it), and the TaintNodesByCondition
+admission plugin is off (nothing would lift its not-ready taint). Every listener binds 127.0.0.1,
 except CAPI's webhook server, which has no host flag in v1.14 (it gets a random port).
 """
 
@@ -16,6 +17,7 @@ import contextlib
 import secrets
 import shutil
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,7 +149,7 @@ class ControlPlane:
                     "--authorization-mode=RBAC",
                     "--service-cluster-ip-range=10.0.0.0/24",
                     "--allow-privileged=true",
-                    "--disable-admission-plugins=ServiceAccount",
+                    "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                     f"--service-account-issuer=https://127.0.0.1:{self.port}",
                     f"--service-account-key-file={sa.cert}",
                     f"--service-account-signing-key-file={sa.key}",
@@ -243,7 +245,7 @@ class ControlPlane:
 
     def _start_capi(self, bins: binaries.Binaries) -> None:
         certs = self.ca.serving("capi-webhook", ["localhost"], ["127.0.0.1"])
-        health = free_port()
+        health, webhook = free_port(), free_port()
         self._spawn(
             "capi-manager",
             [
@@ -253,13 +255,35 @@ class ControlPlane:
                 f"--diagnostics-address=127.0.0.1:{free_port()}",
                 "--insecure-diagnostics",
                 f"--health-addr=127.0.0.1:{health}",
-                f"--webhook-port={free_port()}",
+                f"--webhook-port={webhook}",
                 f"--webhook-cert-dir={certs.cert.parent}",
                 f"--feature-gates={self.options.capi_feature_gates}",
                 "--sync-period=2m",
             ],
         )
         self._wait_ready("capi-manager", f"http://127.0.0.1:{health}/readyz", timeout=90)
+        self._install_webhooks(bins.capi_webhooks, webhook)
+
+    def _install_webhooks(self, manifest: Path, port: int) -> None:
+        """CAPI's own defaulting/validation webhooks, pointed at the manager on loopback."""
+        import base64
+
+        from capi_gpu.kube import Res
+
+        ca = base64.b64encode(self.ca.pem).decode()
+        kube = self.kube()
+        for doc in yaml.safe_load_all(manifest.read_text()):
+            if not doc:
+                continue
+            for hook in doc.get("webhooks", []):
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+            plural = {
+                "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+                "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+            }[doc["kind"]]
+            doc["metadata"]["name"] = f"capi-{doc['metadata']['name']}"
+            kube.apply(Res("admissionregistration.k8s.io", "v1", plural, namespaced=False), doc)
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(yaml.safe_dump(self.kubeconfig_dict()))
@@ -350,7 +374,9 @@ class ControlPlane:
 
     def _wait_ready(self, name: str, url: str, timeout: float = 60, verify: bool = True) -> None:
         deadline = time.monotonic() + timeout
-        ctx: Any = str(self.ca.cert_path) if verify and url.startswith("https") else False
+        ctx: Any = (
+            ssl.create_default_context(cafile=str(self.ca.cert_path)) if verify and url.startswith("https") else False
+        )
         headers = {"Authorization": f"Bearer {self.token}"}
         last = ""
         while time.monotonic() < deadline:

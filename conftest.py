@@ -1,0 +1,3 @@
+"""Repo-wide pytest plugins: the control-plane fixtures serve tests/integration and e2e/ alike."""
+
+pytest_plugins = ["capi_gpu.sim.fixtures"]
