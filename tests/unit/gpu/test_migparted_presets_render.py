@@ -82,9 +82,10 @@ def test_render_refuses_an_invalid_layout(rtx: catalog.GpuModel) -> None:
         migparted.render(rtx, {"bad": layout.parse_layout("2g.48gb=1,1g.24gb=3")})
 
 
-def test_render_refuses_names_mig_parted_cannot_hold(rtx: catalog.GpuModel) -> None:
+@pytest.mark.parametrize("name", ["my config", "off", "Yes", "a:b"])
+def test_render_refuses_names_mig_parted_cannot_hold(rtx: catalog.GpuModel, name: str) -> None:
     with pytest.raises(layout.LayoutError, match="not a plain mig-parted config name"):
-        migparted.render(rtx, {"my config": layout.parse_layout("1g.24gb=1")})
+        migparted.render(rtx, {name: layout.parse_layout("1g.24gb=1")})
 
 
 def test_render_with_explicit_devices(rtx: catalog.GpuModel) -> None:
