@@ -18,7 +18,7 @@ EXIT_USAGE = 2
 EXIT_EXTERNAL = 3
 
 # Subcommand modules; a missing one is a packaging bug, not a runtime choice.
-SUBCOMMANDS = ("run", "crds", "layouts", "sim", "dev", "hosts", "nodes", "cost", "autoscaler")
+SUBCOMMANDS = ("run", "crds", "layouts", "sim", "dev", "hosts", "nodes", "cost", "autoscaler", "gate_plugin")
 
 
 def build_parser() -> argparse.ArgumentParser:
