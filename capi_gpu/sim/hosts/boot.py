@@ -5,7 +5,8 @@ Why this shape (measured in ``reference/test-world.md`` §2): ``nsenter --net`` 
 --ipc --pid --cgroup --fork`` into ``INNER``, a bash script that builds the guest's world and execs its
 PID 1: sshd for the rescue system, systemd for an installed OS (so playbooks' systemd tasks are real).
 
-The guest gets: the overlay as root; proc with a read-only ``/proc/sys`` and a per-boot ``boot_id``
+The guest gets: the overlay as root; proc with a read-only ``/proc/sys`` (its netns's own
+``/proc/sys/net`` stays writable) and a per-boot ``boot_id``
 bound over ``/proc/sys/kernel/random/boot_id`` (a reboot shows as a new boot id); ``/proc/sysrq-trigger``
 masked; read-only sysfs; tmpfs ``/run``; a private tmpfs ``/dev`` with a few bound device nodes, a new
 devpts instance and fake disk nodes (so nothing in the guest can see or write the real disks);
@@ -57,6 +58,10 @@ chmod 0700 "$R/root"
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 mount --bind "$R/proc/sys" "$R/proc/sys"
 mount -o remount,bind,ro "$R/proc/sys"
+# Except the guest's own network namespace's settings (net.ipv4.ip_forward, which kubeadm requires):
+# they belong to that namespace alone, so a guest writing them cannot reach the test machine.
+mount --bind "$R/proc/sys/net" "$R/proc/sys/net"
+mount -o remount,bind,rw "$R/proc/sys/net"
 mount --bind "$SIM_BOOT/boot_id" "$R/proc/sys/kernel/random/boot_id"
 if [ -e "$R/proc/sysrq-trigger" ]; then mount --bind /dev/null "$R/proc/sysrq-trigger"; fi
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
