@@ -154,17 +154,25 @@ class RobotWorld:
         self.power_events: list[PowerEvent] = []  # drained by the sim into the hook thread
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
+        self._due: float | None = None
 
     # --- timers --------------------------------------------------------------------------------
 
     def schedule(self, delay_s: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self._timers, (self.now() + delay_s, next(self._seq), action))
+        # A timer set by a timer counts from when the first one was due, not from when we noticed:
+        # after a clock jump, a delivery and its handover keep their documented spacing.
+        base = self._due if self._due is not None else self.now()
+        heapq.heappush(self._timers, (base + delay_s, next(self._seq), action))
 
     def tick(self) -> None:
         now = self.now()
         while self._timers and self._timers[0][0] <= now:
-            _, _, action = heapq.heappop(self._timers)
-            action()
+            due, _, action = heapq.heappop(self._timers)
+            self._due = due
+            try:
+                action()
+            finally:
+                self._due = None
 
     def date(self) -> dt.date:
         return dt.datetime.fromtimestamp(self.wall(), dt.UTC).date()
