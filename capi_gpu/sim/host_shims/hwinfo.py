@@ -167,8 +167,16 @@ def _json_row(row: dict[str, Any], cols: list[str], as_bytes: bool) -> dict[str,
     return out
 
 
+def _gpu_lost() -> bool:
+    """The GPU shim's view (installed OS): lost until reboot, or its persistent ``lost`` knob."""
+    if Path("/run/gpu-shim/lost").exists():
+        return True
+    return bool(_load(Path("/var/lib/gpu-shim/config.json"), {}).get("lost"))
+
+
 def lspci(argv: list[str]) -> int:
     hw = _load(HW_PATH, {})
+    lost = _gpu_lost()
     numeric = "-nn" in argv or "-n" in argv
     domain = "-D" in argv
     vendor_filter = None
@@ -180,7 +188,8 @@ def lspci(argv: list[str]) -> int:
             if (want_v and want_v != dev["vendor"]) or (want_d and want_d != dev["device"]):
                 continue
         slot = dev["slot"] if domain else dev["slot"].split(":", 1)[1]
-        rev = "ff" if dev.get("lost") else dev.get("rev")
+        is_gpu = dev["vendor"] == "10de" and dev["class"].startswith("03")
+        rev = "ff" if dev.get("lost") or (lost and is_gpu) else dev.get("rev")
         cls = f"{dev['class_name']} [{dev['class']}]" if numeric else dev["class_name"]
         ids = f" [{dev['vendor']}:{dev['device']}]" if numeric else ""
         tail = f" (rev {rev})" if rev else ""

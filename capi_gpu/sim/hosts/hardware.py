@@ -23,6 +23,12 @@ NVME_960GB_BYTES = 960_197_124_096
 NVME_MODEL = "SAMSUNG MZQL2960HCJR-00A07"
 DEFAULT_GPU_DEVICE_ID = "2bb5"
 
+# The name nvidia-smi / NVML report, by PCI device id.
+SMI_NAMES: dict[str, str] = {
+    "2bb5": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "2bb1": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+    "2bb4": "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+}
 # (lspci class name, class code, device name) by PCI device id, as pci.ids names them.
 GPU_NAMES: dict[str, tuple[str, str, str]] = {
     "2bb5": ("3D controller", "0302", "GB202GL [RTX PRO 6000 Blackwell Server Edition]"),
@@ -96,6 +102,17 @@ def gex131(server_number: int, gpu_device_id: str = DEFAULT_GPU_DEVICE_ID) -> Ha
         disks.append(Disk(name=f"nvme{i}n1", wwn=f"eui.36344830{digest[:24]}",
                           serial=f"S64F{digest[24:32].upper()}"))
     return Hardware(disks=tuple(disks), gpu_device_id=gpu_device_id)
+
+
+def gpu_shim_config(hw: Hardware, server_number: int, lost: bool = False) -> dict[str, Any]:
+    """The GPU shim's knobs (``/var/lib/gpu-shim/config.json``) for this host's GPU: identity follows the
+    hardware (PCI device id, a stable UUID and serial per server); the driver version stays the package's."""
+    digest = hashlib.sha256(f"gex131-{server_number}-gpu".encode()).hexdigest()
+    uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+    return {"device_id": f"0x{hw.gpu_device_id.upper()}10DE", "uuid": uuid,
+            "name": SMI_NAMES.get(hw.gpu_device_id, "NVIDIA Graphics Device"),
+            "bus_id": f"0000{hw.gpu_slot}",  # nvidia-smi's 8-digit domain form: 00000000:01:00.0
+            "serial": str(1655025000000 + server_number % 1_000_000), "lost": lost}
 
 
 def write(hw_dir: Path, hw: Hardware) -> None:

@@ -15,7 +15,9 @@ A blank disk boots nothing. Faults: ``never_boot_again``, ``drop_ssh()``, ``set_
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import logging
 import queue
 import socket
@@ -134,11 +136,22 @@ class Host:
     def hw_dir(self) -> Path:
         return self.state_dir / "hw"
 
+    @property
+    def firmware_dir(self) -> Path:
+        """A per-host lower layer under the installed OS: the GPU shim's identity of this host's GPU."""
+        return self.state_dir / "firmware"
+
+    def _write_firmware(self, lost: bool = False) -> None:
+        path = self.firmware_dir / "var" / "lib" / "gpu-shim" / "config.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(hardware.gpu_shim_config(self.hw, self.server_number, lost), indent=1))
+
     def create(self) -> None:
         """Network, directories, hardware description, the previous OS; starts the supervisor."""
         for d in (self.disk_dir, self.state_dir / "rescue", self.state_dir / "boots", self.state_dir / "mnt"):
             d.mkdir(parents=True, exist_ok=True)
         hardware.write(self.hw_dir, self.hw)
+        self._write_firmware()
         if self.config.previous_os:
             views.install_previous_os(self.disk_dir, self.hw, self.config.previous_hostname)
         else:
@@ -268,6 +281,32 @@ class Host:
         self.hw = hw
         hardware.write(self.hw_dir, hw)
 
+    def gpu_fall_off_bus(self, until_reboot: bool = True) -> None:
+        """The GPU drops off the bus: nvidia-smi says "GPU is lost", lspci shows ``rev ff``. Until the next
+        reboot (the GPU shim's ``/run/gpu-shim/lost``), or for good (hardware + shim ``lost`` knob)."""
+        if until_reboot:
+            marker = self.guest_path("/run/gpu-shim/lost")
+            if self.init_pid() is None:
+                raise RuntimeError(f"{self.name}: not running; a fault until reboot needs a running OS")
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("lost\n")
+            return
+        self.set_hardware(dataclasses.replace(self.hw, gpu_on_bus=False))
+        self._set_shim_lost(True)
+
+    def gpu_back_on_bus(self) -> None:
+        self.set_hardware(dataclasses.replace(self.hw, gpu_on_bus=True))
+        self._set_shim_lost(False)
+        if self.init_pid() is not None:
+            self.guest_path("/run/gpu-shim/lost").unlink(missing_ok=True)
+
+    def _set_shim_lost(self, lost: bool) -> None:
+        self._write_firmware(lost)
+        if self.init_pid() is not None and self.running is not Running.RESCUE:
+            live = self.guest_path("/var/lib/gpu-shim/config.json")
+            live.parent.mkdir(parents=True, exist_ok=True)
+            live.write_text(json.dumps(hardware.gpu_shim_config(self.hw, self.server_number, lost), indent=1))
+
     def set_smart(self, disk: str, healthy: bool) -> None:
         self.set_hardware(self.hw.with_smart(disk, "PASSED" if healthy else "FAILED"))
 
@@ -387,7 +426,8 @@ class Host:
                 self._set(State.OFF)
                 return
             plan = boot.BootPlan(boot.Mode.SYSTEMD, self.hn.netns, self.hn.cgroup_name, self.state_dir / "mnt",
-                                 f"{image_layer}:{self.base}", self.disk_dir / "upper", self.disk_dir / "work",
+                                 f"{self.firmware_dir}:{image_layer}:{self.base}", self.disk_dir / "upper",
+                                 self.disk_dir / "work",
                                  boot_dir, self.hw_dir)
             running = Running.PREVIOUS if info.get("previous") else Running.INSTALLED
         self._mode = plan.mode
