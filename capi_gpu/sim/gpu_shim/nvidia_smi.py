@@ -31,7 +31,9 @@ insufficient resources).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import json
 import os
 import socket
@@ -141,11 +143,10 @@ class Gpu:
         if not self.mig_enabled():
             raise ShimError("No MIG-enabled devices found.", 6)
 
-    def used_mask(self, skip: set[int] | None = None) -> int:
+    def used_mask(self) -> int:
         mask = 0
         for gi in self.instances:
-            if skip is None or gi["gi"] not in skip:
-                mask |= ((1 << gi["size"]) - 1) << gi["start"]
+            mask |= ((1 << gi["size"]) - 1) << gi["start"]
         return mask
 
     def fits(self, extra: list[Row]) -> bool:
@@ -623,11 +624,18 @@ def run(argv: list[str], root: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     root = Path(os.environ.get("GPU_SHIM_ROOT", "/"))
-    try:
-        lines = run(sys.argv[1:] if argv is None else argv, root)
-    except ShimError as exc:
-        print(exc.message)
-        return exc.code
+    with contextlib.ExitStack() as stack:
+        try:  # one nvidia-smi at a time: the DRA plugin, the playbook and mig-parted may overlap
+            (root / "var/lib/gpu-shim").mkdir(parents=True, exist_ok=True)
+            lock = stack.enter_context((root / "var/lib/gpu-shim/.lock").open("a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            pass  # read-only or foreign root: run unlocked
+        try:
+            lines = run(sys.argv[1:] if argv is None else argv, root)
+        except ShimError as exc:
+            print(exc.message)
+            return exc.code
     print("\n".join(lines))
     return 0
 
