@@ -51,9 +51,7 @@ def _fmt_engines(e: catalog.Engines) -> str:
 def compare_lgip(model: catalog.GpuModel, rows: Sequence[nvidia_smi.GiProfileRow]) -> list[Difference]:
     """Differences between ``model`` and each GPU's block of ``-lgip`` rows."""
     if not rows:
-        return [
-            Difference(DifferenceKind.MISSING_ON_HOST, "*", f"{len(model.profiles)} profiles", "no profiles")
-        ]
+        return [Difference(DifferenceKind.MISSING_ON_HOST, "*", f"{len(model.profiles)} profiles", "no profiles")]
     out: list[Difference] = []
     for gpu in sorted({r.gpu for r in rows}):
         out.extend(_compare_gpu(model, [r for r in rows if r.gpu == gpu], gpu))
@@ -79,18 +77,12 @@ def _compare_gpu(model: catalog.GpuModel, rows: list[nvidia_smi.GiProfileRow], g
                     )
                 )
             else:
-                out.append(
-                    Difference(DifferenceKind.MISSING_ON_HOST, p.name, f"ID {p.gi_profile_id}", "absent", gpu)
-                )
+                out.append(Difference(DifferenceKind.MISSING_ON_HOST, p.name, f"ID {p.gi_profile_id}", "absent", gpu))
             continue
         if row.profile_id != p.gi_profile_id:
-            out.append(
-                Difference(DifferenceKind.PROFILE_ID, p.name, str(p.gi_profile_id), str(row.profile_id), gpu)
-            )
+            out.append(Difference(DifferenceKind.PROFILE_ID, p.name, str(p.gi_profile_id), str(row.profile_id), gpu))
         if row.total != p.max_instances:
-            out.append(
-                Difference(DifferenceKind.INSTANCE_TOTAL, p.name, str(p.max_instances), str(row.total), gpu)
-            )
+            out.append(Difference(DifferenceKind.INSTANCE_TOTAL, p.name, str(p.max_instances), str(row.total), gpu))
         if p.multiprocessors is not None and row.multiprocessors != p.multiprocessors:
             out.append(
                 Difference(
@@ -103,9 +95,7 @@ def _compare_gpu(model: catalog.GpuModel, rows: list[nvidia_smi.GiProfileRow], g
             )
         if p.engines != catalog.NO_ENGINES and _engines(row) != p.engines:
             out.append(
-                Difference(
-                    DifferenceKind.ENGINES, p.name, _fmt_engines(p.engines), _fmt_engines(_engines(row)), gpu
-                )
+                Difference(DifferenceKind.ENGINES, p.name, _fmt_engines(p.engines), _fmt_engines(_engines(row)), gpu)
             )
     known_names = {p.name for p in model.profiles}
     known_ids = {p.gi_profile_id for p in model.profiles}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from capi_gpu.gpu.catalog import DriverRequirement, Engines, GpuModel, MigProfile
 
 
-def _p(  # noqa: PLR0917 - one positional row per -lgip line reads as the table it copies
+def _p(
     name: str,
     gi_id: int,
     total: int,

@@ -83,9 +83,7 @@ def _convert_fields(key: str, body: Mapping[str, Any]) -> dict[str, Any]:
         elif dst == "balanced":
             out[dst] = tuple((str(n), _int(f"{where}.{n}", c)) for n, c in _map(where, value).items())
         else:
-            out[dst] = tuple(
-                _profile(f"{where}[{i}]", p, body, key) for i, p in enumerate(_list(where, value))
-            )
+            out[dst] = tuple(_profile(f"{where}[{i}]", p, body, key) for i, p in enumerate(_list(where, value)))
     return out
 
 

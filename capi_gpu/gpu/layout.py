@@ -179,12 +179,9 @@ def problems(model: catalog.GpuModel, layout: Layout) -> list[str]:
         found.append(f"needs more {' and '.join(short)} than the GPU has{why}")
     if not found and _search(model, layout) is None:
         allowed = "; ".join(
-            f"{p.name} at {{{','.join(map(str, p.placement_starts))}}}:{p.placement_size}"
-            for p, _ in profiles
+            f"{p.name} at {{{','.join(map(str, p.placement_starts))}}}:{p.placement_size}" for p, _ in profiles
         )
-        found.append(
-            f"no arrangement of the allowed placements fits the {model.placement_units}-unit grid ({allowed})"
-        )
+        found.append(f"no arrangement of the allowed placements fits the {model.placement_units}-unit grid ({allowed})")
     return found
 
 
@@ -270,9 +267,7 @@ def _rank(model: catalog.GpuModel, original: Layout, candidate: Layout) -> tuple
     # Prefer keeping what was asked for (by memory slices), then the fuller GPU, then plain variants
     # over newly introduced +gfx/+me ones.
     wanted = original.as_dict()
-    kept = sum(
-        model.profile(name).memory_slices * min(n, wanted.get(name, 0)) for name, n in candidate.counts
-    )
+    kept = sum(model.profile(name).memory_slices * min(n, wanted.get(name, 0)) for name, n in candidate.counts)
     novel = sum(
         _SWAP_PENALTY.get(model.profile(name).variant, 2) * max(0, n - wanted.get(name, 0))
         for name, n in candidate.counts

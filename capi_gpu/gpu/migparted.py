@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 
 from capi_gpu.gpu import catalog, layout
 
-
 # Plain scalars YAML 1.1 readers (PyYAML, hence Ansible's from_yaml) turn into booleans or null.
 _YAML11_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
@@ -73,7 +72,7 @@ def render(
     """
     lines = ["version: v1", "mig-configs:"]
     for name, chosen in configs.items():
-        if not name or any(c.isspace() or c in ':#{}[],"\'' for c in name) or name.lower() in _YAML11_WORDS:
+        if not name or any(c.isspace() or c in ":#{}[],\"'" for c in name) or name.lower() in _YAML11_WORDS:
             raise layout.LayoutError(f"config name {name!r} is not a plain mig-parted config name")
         lines.append(f"  {name}:")
         first = "    - "

@@ -111,9 +111,7 @@ def parse_query_csv(text: str, fields: Sequence[str] | None = None) -> list[dict
     Without ``fields`` the first line must be the header (``memory.total [MiB]`` becomes
     ``memory.total``); with ``fields`` a header line, if present, is checked and skipped.
     """
-    rows = [
-        r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r and any(c.strip() for c in r)
-    ]
+    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r and any(c.strip() for c in r)]
     if not rows:
         return []
     if len(rows[0]) == 1 and _NOTHING.match(rows[0][0].strip()):
@@ -196,9 +194,7 @@ class GiProfileRow:
     ofa: int
 
 
-_LGIP_1 = re.compile(
-    r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$"
-)
+_LGIP_1 = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$")
 _LGIP_2 = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$")
 _FRAME = re.compile(r"^[+|][-=+|\s]*$")
 
@@ -309,9 +305,7 @@ def parse_lci(text: str) -> list[ComputeInstanceRow]:
     rows: list[ComputeInstanceRow] = []
     for lineno, line in _lines(text):
         if m := _LCI.match(line):
-            rows.append(
-                ComputeInstanceRow(int(m[1]), int(m[2]), m[3], int(m[4]), int(m[5]), int(m[6]), int(m[7]))
-            )
+            rows.append(ComputeInstanceRow(int(m[1]), int(m[2]), m[3], int(m[4]), int(m[5]), int(m[6]), int(m[7])))
         elif not (_FRAME.match(line) or _TABLE_TEXT.match(line) or _nothing_or_disabled(line)):
             raise _fail("nvidia-smi mig -lci", lineno, line)
     return rows
@@ -338,9 +332,7 @@ _CCI = re.compile(
     r"^Successfully created compute instance ID\s+(\d+) on GPU\s+(\d+) GPU instance ID\s+(\d+) "
     r"using profile MIG (\S+) \(ID\s+(\d+)\)$"
 )
-_DCI = re.compile(
-    r"^Successfully destroyed compute instance ID\s+(\d+) from GPU\s+(\d+) GPU instance ID\s+(\d+)$"
-)
+_DCI = re.compile(r"^Successfully destroyed compute instance ID\s+(\d+) from GPU\s+(\d+) GPU instance ID\s+(\d+)$")
 _DGI = re.compile(r"^Successfully destroyed GPU instance ID\s+(\d+) from GPU\s+(\d+)$")
 
 

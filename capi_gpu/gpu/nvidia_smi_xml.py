@@ -99,14 +99,10 @@ def parse_query_xml(text: str, *, strict: bool = False) -> XmlReport:
         try:
             root = ET.fromstring(_repair(text))
         except ET.ParseError as again:
-            raise nvidia_smi.NvidiaSmiParseError(
-                f"{message}; repairing the tags failed too ({again})"
-            ) from exc
+            raise nvidia_smi.NvidiaSmiParseError(f"{message}; repairing the tags failed too ({again})") from exc
         repaired, reason = True, message
     if root.tag != "nvidia_smi_log":
-        raise nvidia_smi.NvidiaSmiParseError(
-            f"nvidia-smi -q -x: root element is <{root.tag}>, not <nvidia_smi_log>"
-        )
+        raise nvidia_smi.NvidiaSmiParseError(f"nvidia-smi -q -x: root element is <{root.tag}>, not <nvidia_smi_log>")
     gpus = tuple(_gpu(g) for g in root.findall("gpu"))
     return XmlReport(_text(root, "driver_version"), _text(root, "cuda_version"), gpus, repaired, reason)
 
