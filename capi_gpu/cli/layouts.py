@@ -163,9 +163,7 @@ def _validate(args: argparse.Namespace, model: catalog.GpuModel) -> int:
 
 
 def _render(args: argparse.Namespace, model: catalog.GpuModel) -> int:
-    sys.stdout.write(
-        migparted.render_one(model, args.layout, name=args.name, device_filter=args.device_filter)
-    )
+    sys.stdout.write(migparted.render_one(model, args.layout, name=args.name, device_filter=args.device_filter))
     return EXIT_OK
 
 
@@ -173,12 +171,7 @@ def _devices(args: argparse.Namespace, model: catalog.GpuModel) -> int:
     devices = layout.expected_devices(model, migparted.resolve(model, args.layout), minor=args.minor)
     if args.output == "json":
         print(
-            json.dumps(
-                [
-                    {"name": d.name, "profile": d.profile, "memorySlices": list(d.memory_slices)}
-                    for d in devices
-                ]
-            )
+            json.dumps([{"name": d.name, "profile": d.profile, "memorySlices": list(d.memory_slices)} for d in devices])
         )
     else:
         for d in devices:
