@@ -7,7 +7,8 @@ output formats (the tables are byte-for-byte those of a published RTX PRO 6000 h
 state machine with the MIG rules that matter: 4 memory slices on a 12-unit placement grid, the real
 profile IDs, placements and instance limits, MIG mode ``current``/``pending``, and GPU instances that
 vanish at reboot. It is installed as ``/usr/bin/nvidia-smi`` inside each host's root filesystem, so it
-is standalone: Python 3.11 stdlib only, no ``capi_gpu`` imports. A unit test checks that the embedded
+is standalone: Python 3.11 stdlib only, no ``capi_gpu`` imports, and one file (hence longer than the
+project's usual module). A unit test checks that the embedded
 profile table equals ``capi_gpu.gpu.catalog``'s.
 
 State (all under ``$GPU_SHIM_ROOT``, default ``/``):
