@@ -233,6 +233,7 @@ class ParamikoShell:
         res = self._run("installimage_state",
                         f"if [ -f {EXIT_FILE} ]; then echo exit=$(cat {EXIT_FILE}); "
                         f"elif [ -f {PID_FILE} ] && kill -0 $(cat {PID_FILE}) 2>/dev/null; then echo running; "
+                        f"elif [ -f {EXIT_FILE} ]; then echo exit=$(cat {EXIT_FILE}); "  # it ended between checks
                         f"elif [ -f {WRAPPER_LOG} ]; then echo vanished; else echo none; fi; "
                         f"echo '--- installimage output'; tail -c 3000 {WRAPPER_LOG} 2>/dev/null; "
                         f"echo '--- {DEBUG_LOG}'; tail -c 3000 {DEBUG_LOG} 2>/dev/null; true")

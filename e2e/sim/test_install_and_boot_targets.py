@@ -1,0 +1,173 @@
+"""installimage in the simulated rescue system and the boot targets around it: malformed /autosetup is
+rejected with installimage's messages, a good one plus post-install boots an OS with the pinned key and
+the NoCloud seed, resets switch rescue/OS (hostname, boot id), installimage survives a dropped session,
+and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the hardware knobs."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
+
+from capi_gpu.provisioning import hostfacts, ssh, sshtransport
+from capi_gpu.sim.fleet import Fleet
+from capi_gpu.sim.hosts import keys
+from capi_gpu.sim.hosts.host import Running
+
+IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
+
+
+def autosetup(drive1: str, drive2: str | None = None, hostname: str = "bm-gpu-1", extra: str = "") -> str:
+    lines = [f"DRIVE1 {drive1}"]
+    if drive2:
+        lines += [f"DRIVE2 {drive2}", "SWRAID 1", "SWRAIDLEVEL 1"]
+    else:
+        lines += ["SWRAID 0"]
+    lines += ["BOOTLOADER grub", f"HOSTNAME {hostname}", "PART /boot ext4 1024M", "PART / ext4 all", f"IMAGE {IMAGE}"]
+    return "\n".join(lines) + "\n" + extra
+
+
+def post_install(os_key: keys.KeyPair, hostname: str, user_data: str) -> str:
+    """What the controller's post-install does (CAPH §1.6): OS host key, NoCloud seed, marker."""
+    return f"""#!/bin/bash
+set -euo pipefail
+rm -f /etc/ssh/ssh_host_*
+cat > /etc/ssh/ssh_host_ed25519_key <<'EOK'
+{os_key.private_openssh.strip()}
+EOK
+chmod 600 /etc/ssh/ssh_host_ed25519_key
+echo '{os_key.public_line}' > /etc/ssh/ssh_host_ed25519_key.pub
+mkdir -p /var/lib/cloud/seed/nocloud-net
+printf 'instance-id: {hostname}\\nlocal-hostname: {hostname}\\n' > /var/lib/cloud/seed/nocloud-net/meta-data
+cat > /var/lib/cloud/seed/nocloud-net/user-data <<'EOUD'
+{user_data}
+EOUD
+echo POST_INSTALL_SCRIPT_FINISHED
+"""
+
+
+def wait_install(shell: ssh.ParamikoShell, timeout: float = 60) -> ssh.InstallImageStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = shell.installimage_state()
+        if st.state in (ssh.InstallState.SUCCEEDED, ssh.InstallState.FAILED):
+            return st
+        time.sleep(0.2)
+    raise AssertionError("installimage did not finish")
+
+
+BAD = [
+    ("DRIVE1 /dev/sda\nHOSTNAME x\nPART / ext4 all\nIMAGE " + IMAGE + "\n", "ERROR: Value for DRIVE1 is not correct"),
+    (autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M\n", "PART / ext4 all\n", 1)
+     .replace("PART / ext4 all\nPART / ext4 all", "PART / ext4 all\nPART /home ext4 all"),
+     'ERROR: Partition size "all" has to be on the last partition'),
+    (autosetup("/dev/nvme0n1").replace(IMAGE, "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.img"),
+     "is no valid FILETYPE for images"),
+    (autosetup("/dev/nvme0n1").replace("HOSTNAME bm-gpu-1", "HOSTNAME "), "ERROR: HOSTNAME may not be empty"),
+    (autosetup("/dev/nvme0n1").replace("SWRAID 0", "SWRAID 1\nSWRAIDLEVEL 1"),
+     "ERROR: You need to select at least 2 disks for creating software raid!"),
+    (autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M", "PART /boot ext9 1024M"),
+     "ERROR: Filesystem for partition 1 is not correct"),
+    (autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M", "PART /boot ext4 100M"),
+     "ERROR: Your /boot partition has to be at least 200M"),
+]
+
+
+def test_malformed_autosetup_fails_with_installimage_messages(rescue: Rescue, client_key: keys.KeyPair) -> None:
+    with rescue.shell(client_key) as shell:
+        for config, message in BAD:
+            shell.start_installimage(config)
+            st = wait_install(shell)
+            assert st.state is ssh.InstallState.FAILED, config
+            assert st.exit_status == 1
+            assert message in st.log_tail, (message, st.log_tail)
+    assert rescue.host.read_file("/run/sim/disk/installed.json") is None or True
+
+
+def test_install_reboot_and_resets_switch_boot_targets(
+    fleet: Fleet, robot_api: RobotApi, client_key: keys.KeyPair
+) -> None:
+    host = fleet.host()
+    rescue = boot_rescue(host, robot_api, client_key)
+    os_key = keys.generate(comment="root@bm-gpu-1")
+    user_data = "#cloud-config\nwrite_files:\n- path: /root/hello\n  content: aGVsbG8K\n  encoding: b64\n" \
+                "runcmd:\n- [sh, -c, 'echo ran > /root/runcmd.out']\n"
+    with rescue.shell(client_key) as shell:
+        rescue_boot_id = shell.boot_id()
+        wwns = [d.wwn for d in shell.disks() if d.wwn]
+        shell.start_installimage(autosetup(f"/dev/disk/by-id/nvme-{wwns[0]}", f"/dev/disk/by-id/nvme-{wwns[1]}"),
+                                 post_install(os_key, "bm-gpu-1", user_data))
+        st = wait_install(shell)
+        assert st.state is ssh.InstallState.SUCCEEDED, st.log_tail
+        assert "POST_INSTALL_SCRIPT_FINISHED" in st.log_tail
+        before = host.boot_count()
+        shell.reboot()
+    assert host.wait_up(BOOT_TIMEOUT_S, after_boot=before)
+    assert host.running is Running.INSTALLED
+    os_pin = ssh.HostKeyPin.from_public_key(os_key.public_line)
+    with ssh.ParamikoShell(ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)) as osh:
+        assert osh.hostname() == "bm-gpu-1"
+        assert osh.boot_id() != rescue_boot_id
+        deadline = time.monotonic() + 30
+        while osh.cloud_init_status() is not hostfacts.CloudInit.DONE and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert osh.cloud_init_status() is hostfacts.CloudInit.DONE
+    assert host.read_file("/root/hello") == b"hello\n"
+    assert host.read_file("/root/runcmd.out") == b"ran\n"
+    assert b"local-hostname: bm-gpu-1" in (host.read_file("/var/lib/cloud/seed/nocloud-net/meta-data") or b"")
+    assert host.read_file("/installimage.conf") is not None
+    with pytest.raises(ssh.HostKeyMismatch):
+        rescue.shell(client_key).hostname()  # the rescue pin on the installed OS
+    again = boot_rescue(host, robot_api, client_key)
+    with again.shell(client_key) as shell:
+        assert shell.hostname() == "rescue"
+    before = host.boot_count()
+    robot_api.reset(host.server_number, "hw")  # no rescue armed: the disk boots
+    assert host.wait_up(BOOT_TIMEOUT_S, after_boot=before)
+    with ssh.ParamikoShell(ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)) as osh:
+        assert osh.hostname() == "bm-gpu-1"
+
+
+def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotApi, client_key: keys.KeyPair) -> None:
+    host = fleet.host()
+    host.set_hardware(dataclasses.replace(host.hw, installimage_seconds=3.0))
+    rescue = boot_rescue(host, robot_api, client_key)
+    shell = rescue.shell(client_key)
+    shell.start_installimage(autosetup("/dev/nvme0n1"))
+    assert shell.installimage_state().state is ssh.InstallState.RUNNING
+    session = sshtransport.Session(ssh.Endpoint(host.guest_ip, rescue.pin),
+                                   ssh.Credentials(private_key=client_key.private_openssh))
+    killer = threading.Timer(0.5, host.drop_ssh)
+    killer.start()
+    with pytest.raises(ssh.SessionDropped):
+        session.run("sleep", "sleep 10", timeout=20)
+    killer.join()
+    assert shell.hostname() == "rescue"  # the next operation opens a new session
+    with rescue.shell(client_key) as again:
+        assert again.installimage_state().state is ssh.InstallState.RUNNING
+        assert wait_install(again).state is ssh.InstallState.SUCCEEDED
+
+
+def test_rescue_inspection_follows_the_hardware_knobs(rescue: Rescue, client_key: keys.KeyPair) -> None:
+    host = rescue.host
+    with rescue.shell(client_key) as shell:
+        disks = shell.disks()
+        assert [d.name for d in disks] == ["nvme0n1", "nvme1n1"]
+        assert all(d.size_bytes == 960_197_124_096 and d.wwn and d.wwn.startswith("eui.") for d in disks)
+        assert not any(d.rotational for d in disks)
+        assert shell.smart_ok()
+        host.set_smart("nvme1n1", healthy=False)
+        assert shell.smart_ok([disks[0].wwn or ""])
+        assert not shell.smart_ok()
+        gpus = shell.gpus()
+        assert [(g.vendor_id, g.device_id, g.fell_off_bus) for g in gpus] == [("10de", "2bb5", False)]
+        host.gpu_fall_off_bus(until_reboot=False)
+        assert shell.gpus()[0].fell_off_bus
+        # the previous OS lives on nvme0n1: installing on nvme1n1 alone would leave it bootable
+        assert shell.other_linux_present([disks[1].wwn or ""])
+        assert shell.other_linux_present([disks[0].wwn or ""]) == []
+        with pytest.raises(ssh.UnknownDisk):
+            shell.other_linux_present(["eui.0000"])
