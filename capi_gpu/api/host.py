@@ -167,8 +167,8 @@ class HostKeys(KubeModel):
 class Operation(KubeModel):
     """A destructive step, recorded before it is sent and completed after."""
 
-    name: Annotated[str, Field(pattern=r"^(rescue|reset-sw|reset-hw|reset-ssh|wipe|installimage|order|mig-reboot)$")]
-    """What was sent."""
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z-]{0,31}$")]
+    """What was sent: activate-rescue, reset-sw, reset-hw, reset-ssh, wipe, installimage, mig-reboot, bootstrap."""
     attempt: Annotated[int, Field(ge=1)] = 1
     """Attempt number within the current step."""
     requested_at: datetime
@@ -218,6 +218,12 @@ class HetznerGPUHostStatus(KubeModel):
     """MIG instances nvidia-smi reported after the layout was applied (profile names, sorted)."""
     error_type: ErrorType | None = None
     """Class of the last error."""
+    error_permanent: bool = False
+    """A human must act (remove the permanent-error annotation) before the host is used again."""
+    resume_state: HostState | None = None
+    """State to resume after a retryable error's backoff."""
+    resume_step: Step | None = None
+    """Step to resume after a retryable error's backoff."""
     error_count: Annotated[int, Field(ge=0)] = 0
     """Consecutive errors; drives backoff."""
     error_message: str | None = None
