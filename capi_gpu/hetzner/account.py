@@ -11,6 +11,7 @@ tests build their own ``AccountRegistry`` with their own clock and ``CollectorRe
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Mapping
@@ -41,6 +42,14 @@ class RobotAccount:
         # Fingerprints known to exist in Robot: key ensure costs one lookup per process, not per host.
         self.known_keys: set[str] = set()
         self._metrics = metrics_sink
+        self._locks: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock] = {}
+
+    def lock(self, name: str) -> asyncio.Lock:
+        """An account-wide asyncio lock for single-flight work (one per event loop)."""
+        loop = asyncio.get_running_loop()
+        for stale in [key for key in self._locks if key[0].is_closed()]:
+            del self._locks[stale]
+        return self._locks.setdefault((loop, name), asyncio.Lock())
 
     @property
     def circuit_open(self) -> bool:

@@ -14,6 +14,8 @@ Design:
   (a sliding-window log). A classic bucket with capacity L and refill L/h allows 2L in a sliding
   hour; Robot's window semantics are undocumented, so we need "at most L in *any* window", and this
   gives it while still allowing a full burst of L.
+- A token's window starts when its request's answer arrived (``settle``), not when it was reserved:
+  Robot counts at arrival, so latency jitter can never squeeze two uses into one of Robot's windows.
 - ``reserve`` never waits: it takes a token or raises ``RobotBudgetDeferred(retry_after)``. Callers in
   kopf handlers turn that into ``kopf.TemporaryError(delay=retry_after)``; nobody sleeps on the loop.
 - ``share`` scales every limit, for several operator deployments on one Robot account.
@@ -25,10 +27,10 @@ The clock is a parameter (seconds, monotonic) so tests and the benchmark drive t
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import re
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -125,13 +127,12 @@ class TokenBucket:
 
     def __init__(self, limit: Limit) -> None:
         self.limit = limit
-        self._spent: deque[float] = deque()
+        self._spent: list[float] = []  # sorted
         self._frozen_until = -math.inf
 
     def _expire(self, now: float) -> None:
         horizon = now - self.limit.window_s
-        while self._spent and self._spent[0] <= horizon:
-            self._spent.popleft()
+        del self._spent[: bisect.bisect_right(self._spent, horizon)]
 
     def remaining(self, now: float) -> int:
         if now < self._frozen_until:
@@ -152,8 +153,15 @@ class TokenBucket:
     def take(self, now: float) -> bool:
         if self.remaining(now) <= 0:
             return False
-        self._spent.append(now)
+        bisect.insort(self._spent, now)
         return True
+
+    def settle(self, taken_at: float, now: float) -> None:
+        """Re-date a token to when its request finished: Robot saw it no earlier than that."""
+        index = bisect.bisect_left(self._spent, taken_at)
+        if index < len(self._spent) and self._spent[index] == taken_at and now > taken_at:
+            del self._spent[index]
+            bisect.insort(self._spent, now)
 
     def freeze(self, now: float, seconds: float) -> None:
         self._frozen_until = max(self._frozen_until, now + seconds)
@@ -193,12 +201,22 @@ class AccountBudget:
         now = self.clock()
         return {family: bucket.remaining(now) for family, bucket in self._buckets.items()}
 
-    def reserve(self, family: Family) -> None:
-        """Take one token, or raise ``RobotBudgetDeferred`` with the seconds until one is free."""
+    def reserve(self, family: Family) -> float:
+        """Take one token (returns when), or raise ``RobotBudgetDeferred`` with the seconds until one is free."""
         bucket = self._buckets[family]
         now = self.clock()
         if not bucket.take(now):
             raise errors.RobotBudgetDeferred(family.value, retry_after=max(bucket.retry_after(now), 0.001))
+        return now
+
+    def settle(self, family: Family, taken_at: float) -> None:
+        """The request that used the token is over: count its window from now.
+
+        Robot counts a request when it arrives, which is after we reserved and before we read the
+        answer. A token that returns one window after the *answer* can therefore never be reused
+        inside Robot's window, however long the request waited in a queue or on the network.
+        """
+        self._buckets[family].settle(taken_at, self.clock())
 
     def on_rate_limited(self, family: Family, interval: float, max_requests: int | None) -> None:
         """Robot said 403: freeze the family for its ``interval``; adopt its limit when stricter."""

@@ -271,14 +271,17 @@ class RobotClient:
         fingerprint = md5_fingerprint(public_key)
         if fingerprint in self._account.known_keys:
             return fingerprint
-        try:
-            fingerprint = (await self.get_key(fingerprint)).fingerprint
-        except errors.RobotNotFound:
-            # KEY_ALREADY_EXISTS: another controller won the race; the fingerprint is the same.
-            with contextlib.suppress(errors.RobotConflict):
-                fingerprint = (await self.create_key(name, public_key)).fingerprint
-        self._account.known_keys.add(fingerprint)
-        return fingerprint
+        async with self._account.lock(f"key:{fingerprint}"):  # 100 hosts at once: one lookup
+            if fingerprint in self._account.known_keys:
+                return fingerprint
+            try:
+                fingerprint = (await self.get_key(fingerprint)).fingerprint
+            except errors.RobotNotFound:
+                # KEY_ALREADY_EXISTS: another process won the race; the fingerprint is the same.
+                with contextlib.suppress(errors.RobotConflict):
+                    fingerprint = (await self.create_key(name, public_key)).fingerprint
+            self._account.known_keys.add(fingerprint)
+            return fingerprint
 
     # --- ordering ------------------------------------------------------------------------------
 

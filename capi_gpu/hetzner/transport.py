@@ -178,8 +178,11 @@ class RobotSession:
     ) -> Any:
         try:
             async with self.account.circuit.admit(self._fingerprint):
-                self.account.budget.reserve(family)
-                body = await self._send(method, path, family, data, params)
+                taken_at = self.account.budget.reserve(family)
+                try:
+                    body = await self._send(method, path, family, data, params)
+                finally:
+                    self.account.budget.settle(family, taken_at)
         except errors.RobotError as exc:
             self.account.count(family, metrics.outcome_of(exc))
             log.debug("robot %s %s [%s]: %s %s", method, path, family.value, exc.status, exc.code)

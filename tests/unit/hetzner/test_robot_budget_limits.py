@@ -229,3 +229,16 @@ def test_an_hour_of_a_thousand_hosts_stays_inside_every_limit(
         pressed = pressed or peak >= 0.9 * limit * share
     assert pressed, "no endpoint came near its limit; the property was not exercised"
     assert fake.hits[("POST", r"^/reset/\d+$")], "no reset was ever sent"
+
+
+def test_a_token_counts_from_when_its_answer_arrived(clock: Any) -> None:
+    account_budget = budget.AccountBudget(clock=clock, limits={Family.RESET_WRITE: budget.Limit(1, 3600)})
+    taken_at = account_budget.reserve(Family.RESET_WRITE)
+    clock.advance(30)  # the request sat in a queue: Robot may have counted it only now
+    account_budget.settle(Family.RESET_WRITE, taken_at)
+    clock.advance(3600 - 30)
+    with pytest.raises(errors.RobotBudgetDeferred) as caught:
+        account_budget.reserve(Family.RESET_WRITE)
+    assert caught.value.retry_after == pytest.approx(30)
+    clock.advance(30)
+    account_budget.reserve(Family.RESET_WRITE)

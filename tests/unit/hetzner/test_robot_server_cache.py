@@ -117,6 +117,14 @@ async def test_ensure_key_uploads_once_and_then_costs_nothing(make_client: Any) 
     assert fleet.calls == [f"GET /key/{FINGERPRINT}", "POST /key"]
 
 
+async def test_concurrent_ensure_key_is_single_flight(make_client: Any) -> None:
+    fleet = Fleet()
+    client = make_client(fleet)
+    results = await asyncio.gather(*(client.ensure_key("fleet", PUBLIC_KEY) for _ in range(100)))
+    assert set(results) == {FINGERPRINT}
+    assert fleet.calls == [f"GET /key/{FINGERPRINT}", "POST /key"]
+
+
 def test_fingerprint_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="OpenSSH"):
         robot.md5_fingerprint("not a key")
