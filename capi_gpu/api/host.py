@@ -83,11 +83,24 @@ class HostStandby(KubeModel):
     """HetznerGPUMachineTemplate whose standby pool set this; empty when set by hand."""
 
 
+class RobotAccess(KubeModel):
+    """How the controller reaches this server: Robot account and SSH key, as Secrets in the namespace."""
+
+    credentials_secret: Annotated[str, Field(min_length=1, max_length=253)] = "robot-credentials"
+    """Secret with keys robot-user and robot-password (a Robot webservice user)."""
+    ssh_key_secret: Annotated[str, Field(min_length=1, max_length=253)] = "robot-ssh"
+    """Secret with ssh-privatekey and ssh-publickey; authorized in rescue and in the installed OS."""
+    url: Annotated[str | None, Field(pattern=r"^https?://")] = None
+    """Robot webservice URL; the operator's --robot-url, else https://robot-ws.your-server.de."""
+
+
 class HetznerGPUHostSpec(KubeModel):
     """A leased Robot server offered to the pool."""
 
     server_number: Annotated[int, Field(ge=1)]
     """Robot server number."""
+    robot: RobotAccess = RobotAccess()
+    """Robot account and SSH key used for this server."""
     description: Annotated[str | None, Field(max_length=1024)] = None
     """Free text for operators."""
     maintenance_mode: bool = False
