@@ -209,3 +209,17 @@ def from_transport(exc: httpx.TransportError) -> RobotTransientError:
     never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
     message = f"{type(exc).__name__}: {exc}"
     return RobotTransientError(None, "TRANSPORT_ERROR", message, maybe_applied=not never_sent)
+
+
+def requeue_delay(exc: RobotError, *, transient_s: float = 30.0) -> float | None:
+    """Seconds after which a reconcile should look again, or None when only a human can help.
+
+    The controllers' one error helper turns a number into ``kopf.TemporaryError(delay=...)`` and None
+    into ``kopf.PermanentError``/a condition; this keeps that mapping next to the classification.
+    A transient error arrives here after the client's own retries, hence a longer requeue.
+    """
+    if isinstance(exc, RobotRequeue):
+        return exc.retry_after
+    if isinstance(exc, RobotTransientError):
+        return transient_s
+    return None

@@ -122,3 +122,13 @@ def test_transport_errors_are_transient(exc: httpx.TransportError, maybe_applied
     assert isinstance(error, errors.RobotTransientError)
     assert error.status is None
     assert error.maybe_applied is maybe_applied
+
+
+def test_requeue_delay_per_class() -> None:
+    assert errors.requeue_delay(errors.RobotBudgetDeferred("server", retry_after=7)) == 7
+    assert errors.requeue_delay(errors.classify(403, body(403, "RATE_LIMIT_EXCEEDED", interval=3600))) == 3600
+    assert errors.requeue_delay(errors.classify(409, body(409, "RESET_MANUAL_ACTIVE"))) == errors.DEFAULT_REQUEUE_S
+    assert errors.requeue_delay(errors.RobotMaintenance(), transient_s=5) == 5
+    for terminal in (errors.classify(400, None), errors.classify(401, None), errors.RobotCircuitOpen("x")):
+        assert errors.requeue_delay(terminal) is None
+    assert errors.requeue_delay(errors.classify(409, body(409, "KEY_ALREADY_EXISTS"))) is None
