@@ -2,7 +2,8 @@
 host key, the local stand-in apt repository): every role runs; layout {1g.24gb: 2, 2g.48gb: 1} leaves exactly
 those instances in the GPU shim; a second run changes nothing; a reboot re-creates the instances from the
 boot unit before kubelet starts; a reset that cannot apply MIG mode asks for one reboot; a failed task is
-reported with its role and task; a host whose key is not the pinned one is refused."""
+reported with its role and task; a host whose key is not the pinned one is refused; MIG can be turned off
+again (the whole GPU)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from capi_gpu import domain
 from capi_gpu.gpu import catalog
@@ -164,7 +166,7 @@ async def test_a_gex131_is_provisioned_idempotently_and_keeps_its_layout_across_
         "Enabled, Enabled"
     )
     # What the other roles leave behind, as the node's own tools see it.
-    cdi = json.loads(node.sh("cat", "/etc/cdi/nvidia.yaml"))
+    cdi = yaml.safe_load(node.sh("cat", "/etc/cdi/nvidia.yaml"))
     assert sum(1 for d in cdi["devices"] if d["name"].startswith("MIG-")) == 3, "CDI spec regenerated after MIG"
     effective = json.loads(node.sh("cat", "/run/containerd/sim-effective.json"))
     assert effective == {"version": 3, "cri": True, "enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]}
@@ -191,7 +193,7 @@ async def test_a_gex131_is_provisioned_idempotently_and_keeps_its_layout_across_
     layout_done = node.monotonic("capi-gpu-mig-layout.service", "ActiveEnterTimestampMonotonic")
     kubelet_start = node.monotonic("kubelet.service", "ExecMainStartTimestampMonotonic")
     assert 0 < layout_done <= kubelet_start, "the layout must exist before kubelet (and the DRA plugin) starts"
-    cdi = json.loads(node.sh("cat", "/etc/cdi/nvidia.yaml"))
+    cdi = yaml.safe_load(node.sh("cat", "/etc/cdi/nvidia.yaml"))
     uuids = set(re.findall(r"UUID: (MIG-[^)]+)", node.sh("nvidia-smi", "-L")))
     assert {d["name"] for d in cdi["devices"] if d["name"].startswith("MIG-")} == uuids, "CDI regenerated at boot"
 
@@ -221,7 +223,7 @@ async def test_mig_mode_that_needs_a_reboot_stops_the_play_and_the_rerun_complet
     assert not second.reboot_needed
 
 
-async def test_a_failed_task_is_reported_with_its_role_and_task_and_a_foreign_key_is_refused(
+async def test_a_failed_task_names_its_role_and_task_a_foreign_key_is_refused_and_mig_can_be_turned_off(
     world: World, node_factory: Any
 ) -> None:
     node: Node = node_factory()
@@ -243,3 +245,10 @@ async def test_a_failed_task_is_reported_with_its_role_and_task_and_a_foreign_ke
     assert result.failed is not None
     assert (result.failed.role, result.failed.task) == ("mig_layout", "Verify each profile's instance count")
     assert "1g.24gb: 2" in result.failed.message and "want 4" in result.failed.message
+
+    whole_gpu = playbook_vars.MigLayoutVars.render(model, None)
+    off = await node.runner.prepare_node(node.target, site_vars(world.repo, whole_gpu))
+    assert off.status is ansible_events.RunStatus.SUCCEEDED, off.failed
+    assert node.mig_devices() == Counter()
+    mode = node.sh("nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader")
+    assert mode.strip() == "Disabled, Disabled"
