@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Protocol
 
 from capi_gpu import domain
+from capi_gpu.gpu import nvidia_smi
 from capi_gpu.provisioning import hostfacts, sshtransport
 from capi_gpu.provisioning.sshtransport import (
     AuthenticationFailed,
@@ -113,7 +114,13 @@ class HostShell(Protocol):
 
     def disks(self) -> list[hostfacts.Disk]: ...
 
-    def gpus(self) -> list[hostfacts.PciDevice]: ...
+    def gpus(self) -> list[nvidia_smi.PciDevice]: ...
+
+    def cpu_memory(self) -> tuple[int, int]: ...
+
+    def wipe(self, wwns: Sequence[str]) -> None: ...
+
+    def start_bootstrap(self, user_data: str, meta_data: str) -> None: ...
 
     def smart_ok(self, wwns: Sequence[str] | None = None) -> bool: ...
 
@@ -181,9 +188,10 @@ class ParamikoShell:
     def disks(self) -> list[hostfacts.Disk]:
         return hostfacts.parse_lsblk(self._run("disks", LSBLK).text)
 
-    def gpus(self) -> list[hostfacts.PciDevice]:
-        """NVIDIA display/3D controllers from ``lspci -nn``; one that fell off the bus shows ``rev ff``."""
-        return [d for d in hostfacts.parse_lspci_nn(self._run("gpus", "lspci -nn").text) if d.is_nvidia_gpu]
+    def gpus(self) -> list[nvidia_smi.PciDevice]:
+        """NVIDIA display/3D controllers from ``lspci -nn``; one that fell off the bus shows ``rev ff``
+        (``hostfacts.fell_off_bus``)."""
+        return nvidia_smi.nvidia_gpus(self._run("gpus", "lspci -nn").text)
 
     def _select(self, wwns: Sequence[str] | None) -> list[hostfacts.Disk]:
         disks = self.disks()
@@ -194,6 +202,26 @@ class ParamikoShell:
         if missing:
             raise UnknownDisk(f"{self.host}: {', '.join(missing)} is not a disk of this server")
         return [known[w] for w in wwns]
+
+    def cpu_memory(self) -> tuple[int, int]:
+        """(logical CPUs, RAM in MiB) from nproc and /proc/meminfo."""
+        out = self._run("cpu_memory", "nproc; grep MemTotal /proc/meminfo").text.split()
+        return int(out[0]), int(out[2]) // 1024
+
+    def wipe(self, wwns: Sequence[str]) -> None:
+        """Remove every signature (partition tables, RAID, filesystems) from these disks."""
+        for disk in self._select(wwns):
+            self._run("wipe", f"wipefs -a /dev/{shlex.quote(disk.name)}", timeout=300)
+
+    def start_bootstrap(self, user_data: str, meta_data: str) -> None:
+        """Write the NoCloud seed (over SFTP: it holds the bootstrap data) and run cloud-init detached."""
+        from capi_gpu.provisioning import bootstrap
+
+        user_path, meta_path = bootstrap.seed_paths()
+        self._run("seed_dir", f"install -d -m 0700 {shlex.quote(user_path.rsplit('/', 1)[0])}")
+        self.write_file(user_path, user_data, 0o600)
+        self.write_file(meta_path, meta_data, 0o600)
+        self._run("start_bootstrap", bootstrap.START)
 
     def smart_ok(self, wwns: Sequence[str] | None = None) -> bool:
         for disk in self._select(wwns):
@@ -297,8 +325,17 @@ class AsyncHostShell:
     async def disks(self) -> list[hostfacts.Disk]:
         return await asyncio.to_thread(self.sync.disks)
 
-    async def gpus(self) -> list[hostfacts.PciDevice]:
+    async def gpus(self) -> list[nvidia_smi.PciDevice]:
         return await asyncio.to_thread(self.sync.gpus)
+
+    async def wipe(self, wwns: Sequence[str]) -> None:
+        await asyncio.to_thread(self.sync.wipe, wwns)
+
+    async def start_bootstrap(self, user_data: str, meta_data: str) -> None:
+        await asyncio.to_thread(self.sync.start_bootstrap, user_data, meta_data)
+
+    async def cpu_memory(self) -> tuple[int, int]:
+        return await asyncio.to_thread(self.sync.cpu_memory)
 
     async def smart_ok(self, wwns: Sequence[str] | None = None) -> bool:
         return await asyncio.to_thread(self.sync.smart_ok, wwns)
