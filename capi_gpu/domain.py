@@ -63,6 +63,9 @@ ANNOTATION_REBOOT: Final = f"{DOMAIN}/reboot"
 ANNOTATION_HOST: Final = f"{DOMAIN}/host"
 ANNOTATION_SCALER_OWNER: Final = f"{DOMAIN}/scale-owner"
 ANNOTATION_LAYOUT: Final = f"{DOMAIN}/mig-layout"
+# Set by `capi-gpu hosts inspect` (value: the request time, RFC 3339) to ask the host controller to inspect
+# an unconsumed host again; the controller clears it once the new inspection is recorded.
+ANNOTATION_REINSPECT: Final = f"{DOMAIN}/reinspect"
 
 # Readiness, three layers.
 NODE_STARTUP_TAINT: Final = "readiness.k8s.io/gpu-not-ready"
