@@ -103,7 +103,15 @@ class StandbySpec(KubeModel):
     """kubelet/kubeadm version to install."""
 
 
-def prepared_key(image: InstallImageSpec, gpu: GPUSpec, kubernetes_version: str) -> str:
-    """A short digest of what a prepared host carries, so standby matching is one string compare."""
-    doc = {"image": image.wire(), "gpu": gpu.wire(), "k8s": kubernetes_version}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+def _digest(doc: object) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def image_key(image: InstallImageSpec) -> str:
+    return _digest(image.wire())
+
+
+def prepared_key(image: InstallImageSpec, gpu: GPUSpec | None, kubernetes_version: str) -> str:
+    """``<image>/<gpu+k8s>`` digests of what a prepared host carries: one string compare decides whether a
+    standby matches a claim, and the image half alone whether only Ansible needs to run again."""
+    return f"{image_key(image)}/{_digest({'gpu': gpu.wire() if gpu else None, 'k8s': kubernetes_version})}"

@@ -85,6 +85,7 @@ class Observations:
 
     server: ServerFacts | None = None
     server_missing: bool = False
+    reset_types: tuple[str, ...] = ()
     rescue_active: bool | None = None
     rescue_keys: tuple[RescueHostKey, ...] = ()
     ssh: SSHProbe | None = None

@@ -173,6 +173,8 @@ def registering(ctx: Context) -> Decision:
         "datacenter": obs.server.datacenter,
         "product": obs.server.product,
     }
+    if obs.reset_types:
+        facts["reset_types"] = list(obs.reset_types)
     if obs.server.status != "ready":
         return Decision(_st(ctx, **facts), requeue_after=ctx.timing.poll * 6)
     if ctx.host.spec.maintenance_mode:
@@ -313,7 +315,12 @@ def step_rescue(ctx: Context) -> Decision:
     if activation.outcome is None and not st.host_keys.rescue:
         # Crashed between sending and recording: read the activation back instead of re-sending it.
         if obs.rescue_active and obs.rescue_keys:
-            return _wait(ctx, 0.2)  # the controller records the keys from the probe
+            status = _st(ctx)
+            status.host_keys.rescue = list(obs.rescue_keys)
+            status.operations[-1 - [o.name for o in reversed(status.operations)].index(activation.name)].outcome = SENT
+            return Decision(
+                status, requeue_after=0.2, notes=(Note("RescueRecovered", "read rescue keys back from Robot"),)
+            )
         return _wait(ctx, ctx.timing.poll)
     verdict = ladder.climb(ladder.Target.RESCUE, st, obs, ctx.now, ctx.timing, None, os_reachable=_os_reachable(ctx))
     return _ladder_decision(

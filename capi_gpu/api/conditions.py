@@ -1,0 +1,95 @@
+"""Condition types and reasons, and the one pure function that sets a condition.
+
+Reasons are part of the API (runbooks say "if the reason is X, do Y"), so they are enums here. As in
+CAPI core, conditions are derived in one place from what a reconcile found, never read back to decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from capi_gpu.api.base import Condition, ConditionStatus
+
+
+class Type(StrEnum):
+    READY = "Ready"
+    PAUSED = "Paused"
+    # host
+    INSPECTED = "Inspected"
+    PROVISIONED = "Provisioned"
+    ROBOT_REACHABLE = "RobotReachable"
+    # machine
+    HOST_ASSOCIATED = "HostAssociated"
+    HOST_READY = "HostReady"
+    LAYOUT_VALID = "LayoutValid"
+    BOOTSTRAP_DATA_READY = "BootstrapDataReady"
+    # cluster
+    ROBOT_CREDENTIALS_VALID = "RobotCredentialsValid"
+    LOAD_BALANCER_READY = "LoadBalancerReady"
+    # template
+    CAPACITY_KNOWN = "CapacityKnown"
+    STANDBY_POOL_READY = "StandbyPoolReady"
+
+
+class Reason(StrEnum):
+    READY = "Ready"
+    PAUSED = "Paused"
+    NOT_PAUSED = "NotPaused"
+    WAITING_FOR_INFRASTRUCTURE = "WaitingForClusterInfrastructure"
+    WAITING_FOR_BOOTSTRAP_DATA = "WaitingForBootstrapData"
+    WAITING_FOR_MACHINE_OWNER = "WaitingForMachineOwner"
+    NO_MATCHING_HOST = "NoMatchingHost"
+    HOST_CLAIMED = "HostClaimed"
+    PROVISIONING = "Provisioning"
+    PROVISIONED = "Provisioned"
+    DELAYED = "Delayed"
+    HOST_ERROR = "HostError"
+    IMPOSSIBLE_LAYOUT = "ImpossibleLayout"
+    UNKNOWN_GPU_MODEL = "UnknownGPUModel"
+    DYNAMIC_MIG_WITH_LAYOUT = "DynamicMIGWithLayout"
+    SECRET_MISSING = "SecretMissing"
+    SECRET_INVALID = "SecretInvalid"
+    CREDENTIALS_REJECTED = "CredentialsRejected"
+    RATE_LIMITED = "RateLimited"
+    ROBOT_UNAVAILABLE = "RobotUnavailable"
+    DELETING = "Deleting"
+    INSPECTING = "Inspecting"
+    AVAILABLE = "Available"
+    STANDBY = "Standby"
+    MAINTENANCE = "Maintenance"
+    NO_HOSTS = "NoMatchingHosts"
+    CAPACITY_FROM_HOSTS = "CapacityFromHosts"
+    STANDBY_SHORT = "StandbyPoolShort"
+    LOAD_BALANCER_DISABLED = "LoadBalancerDisabled"
+    LOAD_BALANCER_FAILED = "LoadBalancerFailed"
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    type_: Type | str,
+    status: bool | ConditionStatus,
+    reason: Reason | str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> list[Condition]:
+    """A new list with the condition set; lastTransitionTime moves only when status flips."""
+    if isinstance(status, bool):
+        status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+    out = [c.model_copy() for c in conditions if c.type != str(type_)]
+    old = next((c for c in conditions if c.type == str(type_)), None)
+    when = old.last_transition_time if old is not None and old.status == status else now
+    out.append(Condition(type=str(type_), status=status, reason=str(reason), message=message[:2000],
+                         last_transition_time=when, observed_generation=observed_generation))
+    return sorted(out, key=lambda c: c.type)
+
+
+def get(conditions: Sequence[Condition], type_: Type | str) -> Condition | None:
+    return next((c for c in conditions if c.type == str(type_)), None)
+
+
+def is_true(conditions: Sequence[Condition], type_: Type | str) -> bool:
+    c = get(conditions, type_)
+    return c is not None and c.status is ConditionStatus.TRUE

@@ -1,0 +1,104 @@
+"""What the controllers share in one operator process: clients, the Robot budget, wake-ups, the clock.
+
+One ``Deps`` per process, created at startup and handed to every handler through kopf's memo, so there
+is one account-wide Robot budget and one Kubernetes connection pool, never one per object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from capi_gpu.controllers.settings import Settings
+from capi_gpu.hetzner.robot import RobotClient
+from capi_gpu.kube import SECRETS, AsyncKube, Obj
+from capi_gpu.provisioning import ansible, ssh
+
+
+class AccessError(Exception):
+    """A Secret the controller needs is missing or unusable; ``reason`` is a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def secret_value(secret: Obj, key: str, what: str) -> str:
+    raw = (secret.get("data") or {}).get(key)
+    if raw is None:
+        name = secret["metadata"]["name"]
+        raise AccessError("SecretInvalid", f"Secret {name} has no key {key!r} ({what})")
+    try:
+        return base64.b64decode(raw).decode().strip()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AccessError("SecretInvalid", f"Secret {secret['metadata']['name']} key {key!r} is not text") from exc
+
+
+@dataclass
+class RobotClients:
+    """One RobotClient per credentials Secret version; a changed Secret closes an open circuit."""
+
+    settings: Settings
+    _clients: dict[tuple[str, str, str], tuple[str, RobotClient]] = field(default_factory=dict)
+
+    async def get(self, kube: AsyncKube, namespace: str, secret_name: str, url: str | None) -> RobotClient:
+        secret = await kube.get_or_none(SECRETS, secret_name, namespace)
+        if secret is None:
+            raise AccessError("SecretMissing", f"Robot credentials Secret {namespace}/{secret_name} not found")
+        user = secret_value(secret, "robot-user", "Robot webservice user")
+        password = secret_value(secret, "robot-password", "Robot webservice password")
+        fingerprint = hashlib.sha256(f"{user}\0{password}".encode()).hexdigest()
+        base = self.settings.robot_url or url or "https://robot-ws.your-server.de"
+        key = (namespace, secret_name, base)
+        cached = self._clients.get(key)
+        if cached is not None and cached[0] == fingerprint:
+            return cached[1]
+        if cached is not None:
+            await cached[1].aclose()
+        client = RobotClient(user, password, base_url=base, share=self.settings.robot_share)
+        # New credentials for an account whose circuit a 401 opened: let calls through again.
+        client.account.reset_credentials(fingerprint)
+        self._clients[key] = (fingerprint, client)
+        return client
+
+    async def close(self) -> None:
+        for _, client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+
+@dataclass
+class Wakeups:
+    """Lets one controller nudge another object's loop instead of waiting for its next poll."""
+
+    _events: dict[tuple[str, str, str], asyncio.Event] = field(default_factory=dict)
+
+    def event(self, kind: str, namespace: str, name: str) -> asyncio.Event:
+        return self._events.setdefault((kind, namespace, name), asyncio.Event())
+
+    def wake(self, kind: str, namespace: str, name: str) -> None:
+        self.event(kind, namespace, name).set()
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        self._events.pop((kind, namespace, name), None)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@dataclass
+class Deps:
+    kube: AsyncKube
+    settings: Settings
+    runner: ansible.PlaybookRunner
+    robots: RobotClients
+    wakeups: Wakeups = field(default_factory=Wakeups)
+    clock: Callable[[], datetime] = utcnow
+    shell_factory: Callable[[ssh.Endpoint, ssh.Credentials], ssh.HostShell] = ssh.ParamikoShell
+    provisioning: set[tuple[str, str]] = field(default_factory=set)
+    """Hosts currently inspecting/provisioning (for the global limit)."""

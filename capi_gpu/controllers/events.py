@@ -1,0 +1,38 @@
+"""Events and log lines, with secrets kept out: every message passes ``redact`` first.
+
+Messages come from Robot, ssh, installimage and Ansible output; any of them could echo a key block or a
+password. Known secret values are replaced by name, PEM blocks by a marker, and long text is cut.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+_PEM = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|$)", re.S)
+_SECRETISH = re.compile(r"(?i)(password|passwd|token|secret)(\s*[=:]\s*)\S+")
+
+
+def redact(text: str, secrets: Iterable[str] = (), limit: int = 1024) -> str:
+    text = _PEM.sub("[redacted private key]", text)
+    text = _SECRETISH.sub(r"\1\2[redacted]", text)
+    for secret in secrets:
+        if secret and len(secret) >= 6:
+            text = text.replace(secret, "[redacted]")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def emit(obj: Mapping[str, Any], reason: str, message: str, warning: bool = False, secrets: Iterable[str] = ()) -> None:
+    """One Event on ``obj`` (posted by kopf's background poster; never blocks a reconcile)."""
+    meta = obj.get("metadata", {})
+    body: Any = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+    }
+    kopf.event(
+        kopf.Body(body), type="Warning" if warning else "Normal", reason=reason, message=redact(message, secrets)
+    )

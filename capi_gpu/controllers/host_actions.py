@@ -1,0 +1,298 @@
+"""The one action a host decision asks for, performed against Robot, SSH or Ansible, as an ActionResult.
+
+Every external error is translated here, once, into the closed set of outcomes the state machine
+understands: OK, FAILED (typed, maybe permanent) or DEFERRED (nothing was sent). A Robot reset whose
+fate is unknown (transport error after sending) counts as sent: the reboot ladder, never a resend,
+recovers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from capi_gpu.api.host import DiskInfo, ErrorType, GPUInfo, HardwareDetails, HetznerGPUHost, RescueHostKey, Step
+from capi_gpu.api.specs import InstallImageSpec
+from capi_gpu.controllers.deps import Deps
+from capi_gpu.controllers.host_context import HostEnv, hostname, plan_for
+from capi_gpu.controllers.host_probes import open_shell, os_pin, rescue_pin
+from capi_gpu.gpu import catalog, nvidia_smi
+from capi_gpu.hetzner import errors as robot_errors
+from capi_gpu.hetzner import models as robot_models
+from capi_gpu.provisioning import ansible, gpuplan, installimage, playbook_vars, ssh
+from capi_gpu.provisioning.ansible_events import RunStatus, TaskEvent
+from capi_gpu.provisioning.model import Action, ActionKind, ActionResult
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+ROBOT_KEY_NAME = "capi-gpu"
+
+
+async def _robot(call: Awaitable[T], unknown_is_sent: bool = False) -> T | ActionResult:
+    try:
+        return await call
+    except robot_errors.RobotRequeue as exc:
+        return ActionResult.deferred(exc.retry_after or 30.0, f"Robot: {exc}")
+    except robot_errors.RobotAuthError as exc:
+        return ActionResult.deferred(60.0, f"Robot credentials rejected; all Robot calls stopped: {exc}")
+    except robot_errors.RobotTransientError as exc:
+        if unknown_is_sent:
+            return ActionResult.ok(message=f"outcome unknown ({exc}); the ladder will tell")
+        return ActionResult.deferred(30.0, f"Robot unavailable: {exc}")
+    except robot_errors.RobotTerminalError as exc:
+        return ActionResult.failed(ErrorType.ROBOT, f"Robot refused: {exc}")
+
+
+async def activate_rescue(host: HetznerGPUHost, env: HostEnv) -> ActionResult:
+    fp = await _robot(env.robot.ensure_key(ROBOT_KEY_NAME, env.ssh_public))
+    if isinstance(fp, ActionResult):
+        return fp
+    rescue = await _robot(env.robot.enable_rescue(host.spec.server_number, [fp]))
+    if isinstance(rescue, ActionResult):
+        return rescue
+    keys = tuple(RescueHostKey(type=k.key.type or "", fingerprint=k.key.fingerprint.lower()) for k in rescue.host_key)
+    if not keys:
+        return ActionResult.failed(ErrorType.ROBOT, "Robot reported no rescue host keys; refusing to connect unpinned")
+    return ActionResult.ok(rescue_keys=keys, message="rescue activated")
+
+
+async def robot_reset(host: HetznerGPUHost, env: HostEnv, kind: robot_models.ResetType) -> ActionResult:
+    res = await _robot(env.robot.reset(host.spec.server_number, kind), unknown_is_sent=True)
+    return res if isinstance(res, ActionResult) else ActionResult.ok(message=f"Robot reset {kind.value} sent")
+
+
+def _ssh(
+    deps: Deps,
+    host: HetznerGPUHost,
+    env: HostEnv,
+    pin: ssh.HostKeyPin | None,
+    fn: Callable[[ssh.HostShell], ActionResult],
+    error: ErrorType,
+) -> ActionResult:
+    if pin is None or not host.status.ipv4:
+        return ActionResult.failed(error, "no pinned host key or address for this host yet")
+    shell = open_shell(deps, host, env, pin)
+    try:
+        return fn(shell)
+    except ssh.HostKeyMismatch as exc:
+        return ActionResult.failed(ErrorType.HOST_KEY_MISMATCH, f"refused to connect: {exc}", permanent=True)
+    except ssh.CommandFailed as exc:
+        return ActionResult.failed(error, f"{exc.operation} exited {exc.exit_status}: {exc.stderr_tail[-500:]}")
+    except ssh.SSHError as exc:
+        return ActionResult.failed(error, f"ssh: {exc}")
+    except installimage.NoInstallDisk as exc:
+        return ActionResult.failed(ErrorType.INSTALL_FAILED, str(exc), permanent=True)
+    finally:
+        with contextlib.suppress(Exception):
+            shell.close()
+
+
+def _inspect(shell: ssh.HostShell) -> ActionResult:
+    disks = shell.disks()
+    cpus, mem = shell.cpu_memory()
+    gpus = []
+    cat = catalog.builtin_catalog()
+    for dev in shell.gpus():
+        model = cat.for_device_id(dev.device_id)
+        gpus.append(
+            GPUInfo(
+                vendor_id=f"{dev.vendor_id:04x}",
+                device_id=f"{dev.device_id:04x}",
+                model=model.key if model else "",
+                mig_capable=bool(model and model.profiles),
+                pci_address=dev.address,
+            )
+        )
+    hw = HardwareDetails(
+        cpu_threads=cpus,
+        memory_mib=mem,
+        gpus=gpus,
+        disks=[
+            DiskInfo(
+                wwn=d.wwn, size_bytes=d.size_bytes, model=d.model or "", serial=d.serial or "", rotational=d.rotational
+            )
+            for d in disks
+            if d.wwn
+        ],
+    )
+    gpu_text = ", ".join(f"{g.model or g.device_id}" for g in gpus) or "no NVIDIA GPU"
+    return ActionResult.ok(hardware=hw, message=f"{len(hw.disks)} disks, {gpu_text}, {cpus} CPUs, {mem // 1024} GiB")
+
+
+async def execute(deps: Deps, host: HetznerGPUHost, env: HostEnv, action: Action, wipe: list[str]) -> ActionResult:
+    """Perform ``action``; never raises for an external failure."""
+    kind = action.kind
+    rescue, os_ = rescue_pin(host), os_pin(env.os_key.public) if env.os_key.public else None
+    match kind:
+        case ActionKind.ACTIVATE_RESCUE:
+            return await activate_rescue(host, env)
+        case ActionKind.RESET_SW:
+            return await robot_reset(host, env, robot_models.ResetType.SOFTWARE)
+        case ActionKind.RESET_HW:
+            return await robot_reset(host, env, robot_models.ResetType.HARDWARE)
+        case ActionKind.SSH_REBOOT | ActionKind.MIG_REBOOT:
+            pin = rescue if host.status.step is Step.REBOOT_OS else os_
+            return await asyncio.to_thread(_ssh, deps, host, env, pin, _reboot, ErrorType.REBOOT_TIMEOUT)
+        case ActionKind.INSPECT:
+            return await asyncio.to_thread(_ssh, deps, host, env, rescue, _inspect, ErrorType.INSPECTION)
+        case ActionKind.CHECK_DISKS:
+            return await asyncio.to_thread(
+                _ssh,
+                deps,
+                host,
+                env,
+                rescue,
+                lambda sh: _check_disks(host, sh, bool(wipe)),
+                ErrorType.DISK_CHECK_FAILED,
+            )
+        case ActionKind.WIPE:
+            return await asyncio.to_thread(
+                _ssh, deps, host, env, rescue, lambda sh: _wipe(host, sh, wipe), ErrorType.PROVISIONING
+            )
+        case ActionKind.START_INSTALL:
+            return await asyncio.to_thread(
+                _ssh, deps, host, env, rescue, lambda sh: _install(host, env, sh), ErrorType.INSTALL_FAILED
+            )
+        case ActionKind.CONFIGURE:
+            return await configure(deps, host, env)
+        case ActionKind.BOOTSTRAP:
+            return await asyncio.to_thread(
+                _ssh, deps, host, env, os_, lambda sh: _bootstrap(host, env, sh), ErrorType.BOOTSTRAP_FAILED
+            )
+        case ActionKind.KUBEADM_RESET:
+            return await asyncio.to_thread(_ssh, deps, host, env, os_, _kubeadm_reset, ErrorType.DEPROVISIONING)
+
+
+def _reboot(shell: ssh.HostShell) -> ActionResult:
+    shell.reboot()
+    return ActionResult.ok(message="reboot over SSH")
+
+
+def _kubeadm_reset(shell: ssh.HostShell) -> ActionResult:
+    shell.kubeadm_reset()
+    return ActionResult.ok(message="kubeadm reset -f")
+
+
+def _root_wwns(host: HetznerGPUHost) -> list[str]:
+    disks = host.status.hardware.disks if host.status.hardware else []
+    return installimage.root_disks(disks, host.spec.root_device_hints, _image(host))
+
+
+def _image(host: HetznerGPUHost) -> InstallImageSpec:
+    return host.spec.standby.install_image if host.spec.standby else InstallImageSpec()
+
+
+def _check_disks(host: HetznerGPUHost, shell: ssh.HostShell, wiping: bool) -> ActionResult:
+    wwns = _root_wwns(host)
+    if not shell.smart_ok(wwns):
+        return ActionResult.failed(ErrorType.DISK_CHECK_FAILED, f"SMART health check failed on {wwns}", permanent=True)
+    if not wiping:
+        others = shell.other_linux_present(wwns)
+        if others:
+            return ActionResult.failed(
+                ErrorType.OTHER_LINUX_FOUND,
+                f"another OS on {others}: it could boot instead of ours; set the wipe-disk annotation to clear it",
+                permanent=True,
+            )
+    return ActionResult.ok(message=f"disks {wwns} healthy")
+
+
+def _wipe(host: HetznerGPUHost, shell: ssh.HostShell, wipe: list[str]) -> ActionResult:
+    disks = [d.wwn for d in (host.status.hardware.disks if host.status.hardware else [])]
+    targets = disks if "all" in wipe else [w for w in wipe if w in disks]
+    shell.wipe(targets)
+    return ActionResult.ok(message=f"wiped {targets}")
+
+
+def _install(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> ActionResult:
+    consumer = env.consumer
+    image = consumer.install_image if consumer else _image(host)
+    wwns = installimage.root_disks(
+        host.status.hardware.disks if host.status.hardware else [], host.spec.root_device_hints, image
+    )
+    name = hostname(host)
+    user_data = consumer.bootstrap.text if consumer and consumer.bootstrap else None
+    script = installimage.post_install(
+        name,
+        env.os_key.private,
+        env.os_key.public,
+        env.ssh_public,
+        instance_id=f"{name}-{host.spec.server_number}",
+        user_data=user_data,
+        extra=image.post_install_script,
+    )
+    shell.start_installimage(installimage.autosetup(image, name, wwns), script)
+    return ActionResult.ok(message="installimage started")
+
+
+def _bootstrap(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> ActionResult:
+    consumer = env.consumer
+    if consumer is None or consumer.bootstrap is None:
+        return ActionResult.deferred(10.0, "bootstrap data not ready")
+    name = hostname(host)
+    uid = consumer.machine.metadata.get("uid", name)
+    meta = f"instance-id: {uid}\nlocal-hostname: {name}\nserver-number: {host.spec.server_number}\n"
+    shell.start_bootstrap(consumer.bootstrap.text, meta)
+    return ActionResult.ok(message="bootstrap started")
+
+
+async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionResult:
+    consumer = env.consumer
+    if consumer is None:
+        return ActionResult.deferred(10.0, "no consumer or standby spec to configure for")
+    try:
+        plan = plan_for(host, consumer)
+    except gpuplan.PlanError as exc:
+        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"{exc.reason}: {exc}", permanent=True)
+    if plan is None:
+        return ActionResult.ok(message="no GPU stack requested", layout="none", prepared=consumer.prepared)
+    gpu = consumer.gpu
+    assert gpu is not None
+    variables = playbook_vars.PlaybookVars(
+        kubernetes_version=consumer.kubernetes_version,
+        mig=playbook_vars.MigLayoutVars.render(plan.model, plan.spec),
+        driver_branch=gpu.driver_branch,
+        **deps.settings.playbook_overrides,
+    )
+    target = ansible.SSHTarget(
+        name=hostname(host),
+        address=host.status.ipv4 or "",
+        host_key=" ".join(env.os_key.public.split()[:2]),
+        private_key=env.ssh_private,
+    )
+    roles: list[str] = []
+
+    def on_event(ev: TaskEvent) -> None:
+        if ev.role and (not roles or roles[-1] != ev.role):
+            roles.append(ev.role)
+
+    result = await deps.runner.prepare_node(target, variables, on_event)
+    if result.status is RunStatus.REBOOT_NEEDED:
+        return ActionResult.ok(reboot_needed=True, message=result.reboot_reason or "MIG mode needs a reboot")
+    if result.status is RunStatus.HOST_KEY_MISMATCH:
+        return ActionResult.failed(ErrorType.HOST_KEY_MISMATCH, "ansible: host key is not the pinned one", True)
+    if not result.ok:
+        where = f"{result.failed.label}: {result.failed.message}" if result.failed else result.status.value
+        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"ansible {result.status.value} at {where}")
+    devices = await asyncio.to_thread(_mig_devices, deps, host, env)
+    summary = (
+        f"{len(roles)} roles in {result.duration_s:.0f}s, changed={result.changed}; MIG: {', '.join(devices) or 'off'}"
+    )
+    return ActionResult.ok(mig_devices=tuple(devices), layout=plan.key, prepared=consumer.prepared, message=summary)
+
+
+def _mig_devices(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> list[str]:
+    """The host side of the readiness check: the MIG instances nvidia-smi reports, by profile."""
+    shell = open_shell(deps, host, env, os_pin(env.os_key.public))
+    try:
+        listing = nvidia_smi.parse_list(shell.nvidia_smi(["-L"]))
+        return sorted(m.profile for g in listing for m in g.mig_devices)
+    except (ssh.SSHError, ValueError) as exc:
+        log.warning("host %s: nvidia-smi -L failed: %s", hostname(host), exc)
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            shell.close()

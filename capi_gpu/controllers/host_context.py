@@ -1,0 +1,166 @@
+"""Everything one host reconcile needs from the API, loaded up front: Secrets, the consumer, its
+bootstrap data and GPU plan. Failures become typed ``AccessError``s (a condition reason) before any
+probe or action, so a missing Secret or malformed bootstrap data never touches the server.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from capi_gpu import domain
+from capi_gpu.api.host import HetznerGPUHost, HostState
+from capi_gpu.api.machine import HetznerGPUMachine
+from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_key
+from capi_gpu.controllers.deps import AccessError, Deps, secret_value
+from capi_gpu.hetzner.robot import RobotClient
+from capi_gpu.kube import CAPI_MACHINES, SECRETS, Obj, ours
+from capi_gpu.provisioning import bootstrap, gpuplan, hostkeys
+
+HOSTS = ours("hetznergpuhosts")
+MACHINES = ours("hetznergpumachines")
+
+
+@dataclass(frozen=True)
+class Consumer:
+    machine: HetznerGPUMachine
+    name: str
+    install_image: InstallImageSpec
+    gpu: GPUSpec | None
+    kubernetes_version: str
+    bootstrap: bootstrap.BootstrapData | None
+    bootstrap_problem: str | None
+    standby: bool = False
+
+    @property
+    def prepared(self) -> str:
+        return prepared_key(self.install_image, self.gpu, self.kubernetes_version)
+
+    @property
+    def image(self) -> str:
+        return image_key(self.install_image)
+
+
+@dataclass(frozen=True)
+class HostEnv:
+    robot: RobotClient
+    ssh_private: str
+    ssh_public: str
+    os_key: hostkeys.HostKeyPair
+    consumer: Consumer | None
+
+    def __repr__(self) -> str:
+        return f"HostEnv(consumer={self.consumer.name if self.consumer else None})"
+
+
+def hostname(host: HetznerGPUHost) -> str:
+    """The installed OS's hostname (and so the Node name): the HetznerGPUHost's name."""
+    return str(host.metadata["name"])
+
+
+async def load_ssh(deps: Deps, namespace: str, secret_name: str) -> tuple[str, str]:
+    secret = await deps.kube.get_or_none(SECRETS, secret_name, namespace)
+    if secret is None:
+        raise AccessError("SecretMissing", f"SSH key Secret {namespace}/{secret_name} not found")
+    return (
+        secret_value(secret, "ssh-privatekey", "SSH private key"),
+        secret_value(secret, "ssh-publickey", "SSH public key"),
+    )
+
+
+async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) -> hostkeys.HostKeyPair:
+    """The host's OS host key pair, generated once and kept in ``<host>-os-hostkey`` (owned by the host)."""
+    name = f"{hostname(host)}{domain.OS_HOSTKEY_SECRET_SUFFIX}"
+    secret = await deps.kube.get_or_none(SECRETS, name, namespace)
+    if secret is not None:
+        return hostkeys.HostKeyPair(
+            secret_value(secret, "ssh-host-privatekey", "OS host key"),
+            secret_value(secret, "ssh-host-publickey", "OS host key"),
+        )
+    pair = hostkeys.generate(comment=hostname(host))
+    meta = host.metadata
+    await deps.kube.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {domain.MOVE_LABEL: ""},
+                "ownerReferences": [
+                    {
+                        "apiVersion": domain.API_VERSION,
+                        "kind": "HetznerGPUHost",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    }
+                ],
+            },
+            "stringData": {"ssh-host-privatekey": pair.private, "ssh-host-publickey": pair.public},
+        },
+        namespace,
+    )
+    return pair
+
+
+async def _bootstrap_for(
+    deps: Deps, capi_machine: Obj | None, namespace: str
+) -> tuple[bootstrap.BootstrapData | None, str | None]:
+    secret_name = ((capi_machine or {}).get("spec", {}).get("bootstrap") or {}).get("dataSecretName")
+    if not secret_name:
+        return None, "WaitingForBootstrapData"
+    secret = await deps.kube.get_or_none(SECRETS, secret_name, namespace)
+    if secret is None:
+        return None, f"{bootstrap.Problem.MISSING.value}: Secret {secret_name} not found"
+    try:
+        return bootstrap.decode_secret(secret.get("data")), None
+    except bootstrap.BootstrapError as exc:
+        return None, f"{exc.problem.value}: {exc}"
+
+
+async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Consumer | None:
+    ref = host.spec.consumer_ref
+    if ref is not None:
+        obj = await deps.kube.get_or_none(MACHINES, ref.name, ref.namespace or namespace)
+        if obj is None or (ref.uid and obj["metadata"].get("uid") != ref.uid):
+            return None  # a stale claim: the machine is gone (its controller clears the ref)
+        machine = HetznerGPUMachine.model_validate(obj)
+        owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
+        capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
+        data, problem = await _bootstrap_for(deps, capi, namespace)
+        version = machine.spec.kubernetes_version or ((capi or {}).get("spec", {}).get("version")) or "v1.36.3"
+        return Consumer(machine, ref.name, machine.spec.install_image, machine.spec.gpu, version, data, problem)
+    if host.spec.standby is not None and host.status.state in (
+        HostState.STANDBY_PREPARING,
+        HostState.AVAILABLE,
+        HostState.STANDBY,
+    ):
+        sb = host.spec.standby
+        return Consumer(
+            HetznerGPUMachine(), "", sb.install_image, sb.gpu, sb.kubernetes_version, None, None, standby=True
+        )
+    return None
+
+
+async def load(deps: Deps, host: HetznerGPUHost, namespace: str) -> HostEnv:
+    access = host.spec.robot
+    robot = await deps.robots.get(deps.kube, namespace, access.credentials_secret, access.url)
+    private, public = await load_ssh(deps, namespace, access.ssh_key_secret)
+    os_key = await ensure_os_hostkey(deps, host, namespace)
+    consumer = await load_consumer(deps, host, namespace)
+    return HostEnv(robot, private, public, os_key, consumer)
+
+
+def gpu_model_name(host: HetznerGPUHost) -> str | None:
+    hw = host.status.hardware
+    return next((g.model for g in hw.gpus if g.model), None) if hw else None
+
+
+def plan_for(host: HetznerGPUHost, consumer: Consumer) -> gpuplan.GPUPlan | None:
+    return gpuplan.plan(consumer.gpu, gpu_model_name(host)) if consumer.gpu is not None else None
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

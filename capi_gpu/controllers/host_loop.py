@@ -1,0 +1,177 @@
+"""One host's reconcile loop: load, probe, decide, record, act, record, repeat.
+
+Runs as a kopf daemon per HetznerGPUHost. Each pass does at most one external action; the status write
+that records a destructive action happens before the action is sent, and the outcome is written right
+after, so a kill at any point resumes from status without repeating it. Waits are ``asyncio.wait_for``
+on a wake-up event (a claim by the machine controller) or the decision's requeue time: no busy polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from capi_gpu import domain, metrics
+from capi_gpu.api.host import HetznerGPUHost, HostState
+from capi_gpu.controllers import events, host_actions, host_probes
+from capi_gpu.controllers.deps import AccessError, Deps
+from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
+from capi_gpu.kube import KubeError, NotFound, Obj
+from capi_gpu.provisioning import host_conditions, outcomes, states
+from capi_gpu.provisioning.model import Decision, Observations
+
+log = logging.getLogger(__name__)
+IDLE = 300.0
+
+
+def _paused(obj: Obj) -> bool:
+    return domain.PAUSED_ANNOTATION in (obj["metadata"].get("annotations") or {})
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+async def _write(
+    deps: Deps,
+    obj: Obj,
+    host: HetznerGPUHost,
+    d: Decision,
+    env: HostEnv | None,
+    access_error: tuple[str, str] | None = None,
+) -> HetznerGPUHost:
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    now = deps.clock()
+    circuit = env.robot.account.circuit_reason if env is not None and env.robot.account.circuit_open else None
+    status = host_conditions.derive(host, d.status, now, access_error, circuit)
+    if status.error_permanent and not host.status.error_permanent:
+        # Before the status write: the annotation is what a human removes to release the host.
+        await deps.kube.patch(
+            HOSTS,
+            name,
+            {
+                "metadata": {
+                    "annotations": {
+                        domain.ANNOTATION_PERMANENT_ERROR: (status.error_type or "Error").replace("Error", "")
+                        or "Error"
+                    }
+                }
+            },
+            ns,
+        )
+    old_step, old_state = host.status.step, host.status.state
+    if status.model_dump() != host.status.model_dump():
+        await deps.kube.patch(HOSTS, name, {"status": status.model_dump(by_alias=True, mode="json")}, ns, sub="status")
+    secrets = [env.ssh_private, env.os_key.private] if env else []
+    if (old_state, old_step) != (status.state, status.step) and host.status.step_started_at is not None:
+        took = (now - host.status.step_started_at).total_seconds()
+        metrics.observe_step(str(old_step or old_state.value), took)
+        events.emit(obj, f"{(old_step or old_state).value}Done", f"{(old_step or old_state).value} took {took:.1f}s")
+    for note in d.notes:
+        events.emit(obj, note.reason, note.message, note.warning, secrets)
+    labels = host_conditions.labels(status)
+    current = obj["metadata"].get("labels") or {}
+    changed = {k: v for k, v in labels.items() if current.get(k) != v and not (v is None and k not in current)}
+    if changed:
+        await deps.kube.patch(HOSTS, name, {"metadata": {"labels": changed}}, ns)
+    key = (ns, name)
+    if status.state in states.PIPELINE_STATES:
+        deps.provisioning.add(key)
+    else:
+        deps.provisioning.discard(key)
+    return host.model_copy(update={"status": status})
+
+
+def _observations(host: HetznerGPUHost, env: HostEnv) -> Observations:
+    consumer = env.consumer
+    claimed = consumer is not None and not consumer.standby
+    return Observations(
+        claimed=claimed,
+        consumer_prepared=consumer.prepared if consumer is not None else None,
+        consumer_image_key=consumer.image if consumer is not None else None,
+        bootstrap_ready=claimed and consumer is not None and consumer.bootstrap is not None,
+    )
+
+
+def _wipe_list(obj: Obj) -> list[str]:
+    raw = _annotations(obj).get(domain.ANNOTATION_WIPE_DISK, "")
+    return [w.strip() for w in raw.split(",") if w.strip()]
+
+
+async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
+    """One pass; returns seconds until the next, or None when the host is gone."""
+    obj = await deps.kube.get_or_none(HOSTS, name, namespace)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return None
+    host = HetznerGPUHost.model_validate(obj)
+    if _paused(obj):
+        return IDLE
+    try:
+        env = await load(deps, host, namespace)
+    except AccessError as exc:
+        await _write(deps, obj, host, Decision(host.status), None, (exc.reason, str(exc)))
+        events.emit(obj, exc.reason, str(exc), warning=True)
+        return 60.0
+    if host.status.host_keys.os != env.os_key.public:
+        host.status.host_keys.os = env.os_key.public
+    now, timing = deps.clock(), deps.settings.timing
+    base = _observations(host, env)
+    obs = await host_probes.observe(deps, host, env, states.probes_for(host, now, timing, base.claimed), base)
+    key = (namespace, name)
+    slot_free = key in deps.provisioning or len(deps.provisioning) < deps.settings.provisioning_limit
+    annotations = _annotations(obj)
+    ctx = states.Context(
+        host,
+        obs,
+        now,
+        timing,
+        hostname(host),
+        wipe_requested=bool(_wipe_list(obj)),
+        slot_free=slot_free,
+        permanent_cleared=host.status.error_permanent and domain.ANNOTATION_PERMANENT_ERROR not in annotations,
+    )
+    decision = states.decide(ctx)
+    host = await _write(deps, obj, host, decision, env)
+    if decision.action is None:
+        return decision.requeue_after
+    result = await host_actions.execute(deps, host, env, decision.action, _wipe_list(obj))
+    log.info(
+        "host %s/%s: %s -> %s %s",
+        namespace,
+        name,
+        decision.action.kind.value,
+        result.outcome.value,
+        events.redact(result.message, [env.ssh_private]),
+    )
+    after = states.Context(host, obs, deps.clock(), timing, hostname(host), ctx.wipe_requested, slot_free)
+    final = outcomes.apply_result(after, decision.action, result)
+    await _write(deps, obj, host, final, env)
+    return final.requeue_after
+
+
+async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:
+    """The daemon body: reconcile until the host is deleted or the daemon is stopped."""
+    wake = deps.wakeups.event("host", namespace, name)
+    failures = 0
+    while not stopped:
+        try:
+            delay = await reconcile(deps, namespace, name)
+            failures = 0
+        except (KubeError, OSError) as exc:
+            if isinstance(exc, NotFound):
+                return
+            failures += 1
+            delay = min(300.0, 2.0**failures)
+            log.warning("host %s/%s: reconcile failed (%s); retry in %.0fs", namespace, name, exc, delay)
+        if delay is None:
+            return
+        wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=max(0.2, delay))
+    deps.provisioning.discard((namespace, name))
+
+
+def state_of(obj: Obj) -> HostState:
+    return HostState((obj.get("status") or {}).get("state") or HostState.REGISTERING)

@@ -1,0 +1,54 @@
+"""Operator settings, from flags and environment: one validated object instead of globals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from capi_gpu.provisioning.model import Timing
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str | None = None
+    """Watch only this namespace (clusterctl always installs cluster-wide)."""
+    watch_filter: str | None = None
+    """Only objects labelled cluster.x-k8s.io/watch-filter=<value>."""
+    robot_url: str | None = None
+    """Robot webservice URL override for every host (tests and the simulator)."""
+    robot_share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    """Share of the Robot account's hourly budget this deployment may use."""
+    timing_scale: Annotated[float, Field(gt=0)] = 1.0
+    """Divide every provisioning timeout by this (only for time-compressed simulations)."""
+    provisioning_limit: Annotated[int, Field(ge=1)] = 20
+    """Hosts inspecting/provisioning at once (Metal3's PROVISIONING_LIMIT)."""
+    artifacts_dir: Path = Path("/var/lib/capi-gpu/artifacts")
+    """Ansible artifacts, kept per host and run."""
+    playbook_dir: Path | None = None
+    """playbooks/ location; the packaged one when unset."""
+    playbook_overrides: dict[str, Any] = {}
+    """Extra PlaybookVars fields (apt repositories of a mirror or the simulator)."""
+    ssh_connect_timeout: float = 5.0
+    gate: bool = True
+    """Run the node/machine/claim readiness gate."""
+    claim_scaler: bool = False
+    """Run the claim-aware scaler for MachineDeployments it owns."""
+    template_sync_annotations: bool = False
+    """Keep cluster-autoscaler capacity annotations on MachineDeployments in sync with templates."""
+
+    @property
+    def timing(self) -> Timing:
+        return Timing().scaled(self.timing_scale) if self.timing_scale != 1.0 else Timing()
+
+    @classmethod
+    def load_overrides(cls, path: Path | None) -> dict[str, Any]:
+        if path is None:
+            return {}
+        doc = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(doc, dict):
+            raise ValueError(f"{path}: playbook overrides must be a mapping")
+        return doc

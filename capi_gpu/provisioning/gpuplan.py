@@ -1,0 +1,75 @@
+"""From a GPUSpec and a host's GPU to the concrete layout: one resolution shared by the machine
+controller (before any claim), the Configure step (what Ansible applies) and the readiness gate (what
+the DRA slices must show). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capi_gpu.api.conditions import Reason
+from capi_gpu.api.specs import GPUSpec, MigMode
+from capi_gpu.gpu import catalog, migparted
+from capi_gpu.gpu import layout as miglayout
+
+
+class PlanError(ValueError):
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class GPUPlan:
+    model: catalog.GpuModel
+    layout: miglayout.Layout | None  # None: whole GPU (MIG off) or Dynamic MIG
+    key: str
+    spec: str | dict[str, int] | None  # what MigLayoutVars.render takes
+
+    @property
+    def expected_profiles(self) -> dict[str, int]:
+        return dict(self.layout.as_dict()) if self.layout is not None else {}
+
+    def expected_devices(self) -> tuple[miglayout.ExpectedDevice, ...]:
+        return miglayout.expected_devices(self.model, self.layout) if self.layout is not None else ()
+
+
+def _spec(gpu: GPUSpec) -> str | dict[str, int] | None:
+    if gpu.layout is None:
+        return None
+    if gpu.layout.preset and gpu.layout.profiles:
+        raise PlanError(Reason.IMPOSSIBLE_LAYOUT, "layout sets both preset and profiles; choose one")
+    if gpu.layout.preset:
+        return gpu.layout.preset
+    return dict(gpu.layout.profiles or {})
+
+
+def model_for(name_or_id: str | None, cat: catalog.Catalog | None = None) -> catalog.GpuModel:
+    cat = cat or catalog.builtin_catalog()
+    if not name_or_id:
+        raise PlanError(Reason.UNKNOWN_GPU_MODEL, "no GPU model: the host has no inspected GPU and the spec names none")
+    try:
+        return cat.model(name_or_id)
+    except (KeyError, catalog.CatalogError) as exc:
+        raise PlanError(Reason.UNKNOWN_GPU_MODEL, f"GPU model {name_or_id!r} is not in the catalog") from exc
+
+
+def plan(gpu: GPUSpec, model_name: str | None, cat: catalog.Catalog | None = None) -> GPUPlan:
+    """Raises PlanError (with a condition reason) for anything a host must never be touched for."""
+    model = model_for(gpu.model or model_name, cat)
+    spec = _spec(gpu)
+    if gpu.mig_mode is MigMode.DYNAMIC:
+        if spec is not None:
+            raise PlanError(
+                Reason.DYNAMIC_MIG_WITH_LAYOUT,
+                "migMode Dynamic lets the DRA driver create instances and destroys pre-made ones; "
+                "remove spec.gpu.layout or use migMode Static",
+            )
+        return GPUPlan(model, None, "dynamic", None)
+    if spec is None:
+        return GPUPlan(model, None, "none", None)
+    try:
+        chosen = migparted.resolve(model, spec)
+    except miglayout.LayoutError as exc:
+        raise PlanError(Reason.IMPOSSIBLE_LAYOUT, str(exc)) from exc
+    return GPUPlan(model, chosen, miglayout.layout_key(chosen), spec)
