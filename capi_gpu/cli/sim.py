@@ -121,7 +121,10 @@ def run_down(args: argparse.Namespace) -> int:
             _stop_owner(pid)
         pidfile.unlink(missing_ok=True)
     report = registry.cleanup_stale()
-    left = registry.leftovers()
+    deadline = time.monotonic() + DOWN_WAIT_S
+    while any((left := registry.leftovers()).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)  # processes of a dying namespace take a moment to disappear
+        registry.cleanup_stale()
     print(json.dumps({"removed": {"slots": report.slots, "netns": report.netns, "links": report.links,
                                   "cgroups": report.cgroups, "killed": report.killed, "dirs": report.dirs},
                       "remaining": left}, indent=2))

@@ -1,10 +1,10 @@
-"""Parsers for what a server prints about itself over SSH: lsblk, lspci, smartctl, cloud-init status.
+"""Parsers for what a server prints about itself over SSH: lsblk, smartctl, cloud-init status.
 
 Why pure and separate from the SSH session: the formats are the contract with the outside world
-(util-linux 2.34..2.39 lsblk JSON, pciutils ``-nn`` lines, smartmontools' health line, cloud-init's
-``status:`` line), and they are where real servers differ from each other (lsblk 2.34 prints sizes and
-ROTA as strings, 2.38 as numbers and booleans). Parsing here, without I/O, lets unit tests feed real
-outputs, and keeps ``ssh`` about transport and errors.
+(util-linux 2.34..2.39 lsblk JSON, smartmontools' health line, cloud-init's ``status:`` line; lspci
+and nvidia-smi are parsed by ``capi_gpu.gpu.nvidia_smi``), and they are where real servers differ
+from each other (lsblk 2.34 prints sizes and ROTA as strings, 2.38 as numbers and booleans). Parsing
+here, without I/O, lets unit tests feed real outputs, and keeps ``ssh`` about transport and errors.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-NVIDIA_VENDOR = "10de"
+from capi_gpu.gpu import nvidia_smi
+
 # Filesystems that mean "an operating system may live here": another disk with one of these can be
 # booted instead of the new OS (CAPH's detect-linux-on-another-disk check, done from lsblk only).
-LINUX_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "reiserfs", "LVM2_member",
-                           "linux_raid_member", "crypto_LUKS", "swap"})
+LINUX_FSTYPES = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "reiserfs", "LVM2_member", "linux_raid_member", "crypto_LUKS", "swap"}
+)
 
 
 @dataclass(frozen=True)
@@ -39,26 +41,6 @@ class Partition:
     name: str
     size_bytes: int
     fstype: str | None
-
-
-@dataclass(frozen=True)
-class PciDevice:
-    slot: str
-    class_name: str
-    class_code: str
-    vendor_id: str
-    device_id: str
-    description: str
-    revision: str | None
-
-    @property
-    def is_nvidia_gpu(self) -> bool:
-        return self.vendor_id == NVIDIA_VENDOR and self.class_code.startswith("03")
-
-    @property
-    def fell_off_bus(self) -> bool:
-        """A device that reads back all-ones config space (``rev ff``) has dropped off the bus."""
-        return self.revision == "ff"
 
 
 class CloudInit(enum.StrEnum):
@@ -92,29 +74,23 @@ def parse_lsblk(text: str) -> list[Disk]:
             Partition(str(c.get("name")), _int(c.get("size")), c.get("fstype") or None)
             for c in dev.get("children") or []
         )
-        disks.append(Disk(
-            name=str(dev.get("name")), wwn=(dev.get("wwn") or None), size_bytes=_int(dev.get("size")),
-            model=(str(dev["model"]).strip() if dev.get("model") else None),
-            serial=(str(dev["serial"]).strip() if dev.get("serial") else None),
-            rotational=_bool(dev.get("rota")), partitions=parts,
-        ))
+        disks.append(
+            Disk(
+                name=str(dev.get("name")),
+                wwn=(dev.get("wwn") or None),
+                size_bytes=_int(dev.get("size")),
+                model=(str(dev["model"]).strip() if dev.get("model") else None),
+                serial=(str(dev["serial"]).strip() if dev.get("serial") else None),
+                rotational=_bool(dev.get("rota")),
+                partitions=parts,
+            )
+        )
     return disks
 
 
-_LSPCI = re.compile(
-    r"^(?P<slot>\S+) (?P<cname>.+?) \[(?P<cls>[0-9a-f]{4})\]: (?P<desc>.*) "
-    r"\[(?P<ven>[0-9a-f]{4}):(?P<dev>[0-9a-f]{4})\]"
-    r"(?: \(rev (?P<rev>[0-9a-f]{2})\))?"
-)
-
-
-def parse_lspci_nn(text: str) -> list[PciDevice]:
-    out = []
-    for line in text.splitlines():
-        m = _LSPCI.match(line.strip())
-        if m:
-            out.append(PciDevice(m["slot"], m["cname"], m["cls"], m["ven"], m["dev"], m["desc"], m["rev"]))
-    return out
+def fell_off_bus(device: nvidia_smi.PciDevice) -> bool:
+    """A device that reads back all-ones config space (``rev ff``) has dropped off the bus."""
+    return (device.revision or "").lower() == "ff"
 
 
 def smart_passed(text: str) -> bool:
@@ -144,6 +120,7 @@ def other_linux(disks: Iterable[Disk], root_wwns: Iterable[str]) -> list[str]:
     for disk in disks:
         if disk.wwn in roots:
             continue
-        found.extend(f"{p.name} ({p.fstype}) on {disk.wwn or disk.name}" for p in disk.partitions
-                     if p.fstype in LINUX_FSTYPES)
+        found.extend(
+            f"{p.name} ({p.fstype}) on {disk.wwn or disk.name}" for p in disk.partitions if p.fstype in LINUX_FSTYPES
+        )
     return found

@@ -248,23 +248,29 @@ class ParamikoShell:
         if post_install is not None:
             self.write_file(POST_INSTALL, post_install, 0o700)
             args += f" -x {POST_INSTALL}"
-        wrapper = (f"#!/bin/bash\nexport TERM=xterm\n"
-                   f"echo x | {shlex.quote(self._installimage)} {args}\n"
-                   f"echo $? > {EXIT_FILE}.tmp && mv {EXIT_FILE}.tmp {EXIT_FILE}\n")
+        wrapper = (
+            f"#!/bin/bash\nexport TERM=xterm\n"
+            f"echo x | {shlex.quote(self._installimage)} {args}\n"
+            f"echo $? > {EXIT_FILE}.tmp && mv {EXIT_FILE}.tmp {EXIT_FILE}\n"
+        )
         self.write_file(WRAPPER, wrapper, 0o700)
-        self._run("start_installimage",
-                  f"if [ -f {PID_FILE} ] && kill -0 $(cat {PID_FILE}) 2>/dev/null; then "
-                  f"echo 'installimage already running' >&2; exit 3; fi; rm -f {EXIT_FILE} {WRAPPER_LOG}; "
-                  f"nohup {WRAPPER} >{WRAPPER_LOG} 2>&1 </dev/null & echo $! > {PID_FILE}")
+        self._run(
+            "start_installimage",
+            f"if [ -f {PID_FILE} ] && kill -0 $(cat {PID_FILE}) 2>/dev/null; then "
+            f"echo 'installimage already running' >&2; exit 3; fi; rm -f {EXIT_FILE} {WRAPPER_LOG}; "
+            f"nohup {WRAPPER} >{WRAPPER_LOG} 2>&1 </dev/null & echo $! > {PID_FILE}",
+        )
 
     def installimage_state(self) -> InstallImageStatus:
-        res = self._run("installimage_state",
-                        f"if [ -f {EXIT_FILE} ]; then echo exit=$(cat {EXIT_FILE}); "
-                        f"elif [ -f {PID_FILE} ] && kill -0 $(cat {PID_FILE}) 2>/dev/null; then echo running; "
-                        f"elif [ -f {EXIT_FILE} ]; then echo exit=$(cat {EXIT_FILE}); "  # it ended between checks
-                        f"elif [ -f {WRAPPER_LOG} ]; then echo vanished; else echo none; fi; "
-                        f"echo '--- installimage output'; tail -c 3000 {WRAPPER_LOG} 2>/dev/null; "
-                        f"echo '--- {DEBUG_LOG}'; tail -c 3000 {DEBUG_LOG} 2>/dev/null; true")
+        res = self._run(
+            "installimage_state",
+            f"if [ -f {EXIT_FILE} ]; then echo exit=$(cat {EXIT_FILE}); "
+            f"elif [ -f {PID_FILE} ] && kill -0 $(cat {PID_FILE}) 2>/dev/null; then echo running; "
+            f"elif [ -f {EXIT_FILE} ]; then echo exit=$(cat {EXIT_FILE}); "  # it ended between checks
+            f"elif [ -f {WRAPPER_LOG} ]; then echo vanished; else echo none; fi; "
+            f"echo '--- installimage output'; tail -c 3000 {WRAPPER_LOG} 2>/dev/null; "
+            f"echo '--- {DEBUG_LOG}'; tail -c 3000 {DEBUG_LOG} 2>/dev/null; true",
+        )
         head, _, tail = res.text.partition("\n")
         if head.startswith("exit="):
             code = int(head[5:] or -1)

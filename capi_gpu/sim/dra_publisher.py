@@ -13,8 +13,9 @@ Attributes ``type``, ``uuid``, ``parentUUID``, ``profile``, ``productName``, ``b
 placement unit.
 
 Static-MIG semantics: the GPU is read ONCE when the publisher starts (the plugin enumerates at start
-only), by running the GPU shim's own ``nvidia-smi -q -x``, ``-L`` and ``mig -lgi`` inside the host
-(its real output formats, the same the production parsers read). A MIG change afterwards leaves the
+only), by running the GPU shim's own ``nvidia-smi --query-gpu``, ``-q -x``, ``-L`` and ``mig -lgi``
+inside the host (its real output formats), parsed with the production parsers ``capi_gpu.gpu.nvidia_smi``
+and ``nvidia_smi_xml``; the architecture comes from the GPU catalog by PCI device id. A MIG change afterwards leaves the
 slices stale until ``restart()``, as with the real plugin.
 
 Fault knobs: ``stop()`` (delete the slices), ``publish_stale()`` (an old-generation slice beside the
@@ -27,13 +28,12 @@ from __future__ import annotations
 import copy
 import logging
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from capi_gpu import domain
-from capi_gpu.gpu import layout
+from capi_gpu.gpu import catalog, layout, nvidia_smi, nvidia_smi_xml
 from capi_gpu.kube import RESOURCESLICES, Kube, Obj
 
 log = logging.getLogger(__name__)
@@ -82,47 +82,40 @@ def semver(version: str) -> str:
     return ".".join([*parts, "0", "0", "0"][:3])
 
 
-def _text(node: ET.Element | None, path: str, default: str = "") -> str:
-    found = node.find(path) if node is not None else None
-    return (found.text or default).strip() if found is not None and found.text else default
+QUERY_FIELDS = ("uuid", "name", "pci.bus_id", "pci.device_id", "driver_version", "memory.total", "mig.mode.current",
+                "compute_cap")
 
 
-def _int(text: str) -> int:
-    m = re.search(r"\d+", text)
-    return int(m.group()) if m else 0
-
-
-_LGI = re.compile(r"\|\s*\d+\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|")
-_MIG_UUID = re.compile(r"MIG\s+\S+\s+Device\s+(\d+):\s+\(UUID:\s+(MIG-[^)]+)\)")
-
-
-def parse_gpu(xml_text: str, list_text: str, lgi_text: str, brand: str) -> tuple[GpuFacts, list[MigFacts]]:
-    root = ET.fromstring(xml_text)
-    gpu = root.find("gpu")
-    bus = (gpu.get("id") if gpu is not None else None) or _text(gpu, "pci/pci_bus_id")
+def parse_gpu(query_csv: str, xml_text: str, list_text: str, lgi_text: str, brand: str
+              ) -> tuple[GpuFacts, list[MigFacts]]:
+    """GPU 0 from ``--query-gpu``, ``-q -x``, ``-L`` and ``mig -lgi`` output, with the project's parsers."""
+    rows = nvidia_smi.parse_query_csv(query_csv, QUERY_FIELDS)
+    if not rows:
+        raise GpuUnavailable("nvidia-smi reports no GPU")
+    row = rows[0]
+    query = nvidia_smi.gpu_query(row)
+    report = nvidia_smi_xml.parse_query_xml(xml_text)
+    model = catalog.builtin_catalog().for_device_id(query.pci_device_id) if query.pci_device_id else None
+    bus = row["pci.bus_id"]
     facts = GpuFacts(
-        uuid=_text(gpu, "uuid"), product_name=_text(gpu, "product_name"),
-        architecture=_text(gpu, "product_architecture", "Blackwell"), brand=brand,
-        pci_bus_id=bus[-12:] if len(bus) > 12 else bus, driver_version=_text(root, "driver_version"),
-        cuda_version=_text(root, "cuda_version"), compute_cap="12.0",
-        memory_mib=_int(_text(gpu, "fb_memory_usage/total")),
-        mig_enabled=_text(gpu, "mig_mode/current_mig").lower() == "enabled",
+        uuid=query.uuid or "", product_name=query.name or "", architecture=model.architecture if model else "Unknown",
+        brand=brand, pci_bus_id=bus[-12:] if len(bus) > 12 else bus, driver_version=query.driver_version or "",
+        cuda_version=report.cuda_version or "", compute_cap=row.get("compute_cap", "0.0"),
+        memory_mib=query.memory_total_mib or 0, mig_enabled=query.mig_current is nvidia_smi.MigMode.ENABLED,
     )
-    uuids = {int(n): u for n, u in _MIG_UUID.findall(list_text)}
-    gis = {int(gi): (name, int(pid), int(start), int(size)) for name, pid, gi, start, size in _LGI.findall(lgi_text)}
+    listed = nvidia_smi.parse_list(list_text)
+    uuids = {m.device_index: m.uuid for m in listed[0].mig_devices} if listed else {}
+    gis = {g.instance_id: g for g in nvidia_smi.parse_lgi(lgi_text)}
     migs = []
-    for dev in gpu.findall("mig_devices/mig_device") if gpu is not None else []:
-        index, gi_id = _int(_text(dev, "index")), _int(_text(dev, "gpu_instance_id"))
-        if gi_id not in gis:
+    for dev in report.gpus[0].mig_devices if report.gpus else ():
+        gi = gis.get(dev.gpu_instance_id)
+        if gi is None:
             continue
-        name, pid, start, size = gis[gi_id]
-        shared = dev.find("device_attributes/shared")
         migs.append(MigFacts(
-            profile=name, gi_profile_id=pid, gi_id=gi_id, placement_start=start, placement_size=size,
-            uuid=uuids.get(index, ""), multiprocessors=_int(_text(shared, "multiprocessor_count")),
-            copy_engines=_int(_text(shared, "copy_engine_count")), decoders=_int(_text(shared, "decoder_count")),
-            encoders=_int(_text(shared, "encoder_count")), jpeg_engines=_int(_text(shared, "jpg_count")),
-            ofa_engines=_int(_text(shared, "ofa_count")), memory_mib=_int(_text(dev, "fb_memory_usage/total")),
+            profile=gi.profile, gi_profile_id=gi.profile_id, gi_id=gi.instance_id, placement_start=gi.start,
+            placement_size=gi.size, uuid=uuids.get(dev.index, ""), multiprocessors=dev.multiprocessors or 0,
+            copy_engines=dev.copy_engines or 0, decoders=dev.decoders or 0, encoders=dev.encoders or 0,
+            jpeg_engines=dev.jpeg or 0, ofa_engines=dev.ofa or 0, memory_mib=dev.memory_total_mib or 0,
         ))
     return facts, migs
 

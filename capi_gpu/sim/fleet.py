@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capi_gpu.sim import robot_hooks
+from capi_gpu.sim import host_shims, robot_hooks
 from capi_gpu.sim.hosts import boot, hardware, names, netns, registry, rootfs, targets, views
-from capi_gpu.sim.hosts.host import Host, HostConfig
+from capi_gpu.sim.hosts.host import Host, HostConfig, Running
 
 if TYPE_CHECKING:
     from capi_gpu.kube import Kube
@@ -210,16 +210,17 @@ def _target(t: robot_hooks.BootTarget) -> targets.BootTarget:
     return targets.DiskBoot()
 
 
-def install_into_view(host: Host, files: dict[str, Any], on_disk: bool = True) -> None:
-    """Write guest files into the host's disk (installed OS) now, live or offline (tests only)."""
+def install_on_disk(host: Host, files: dict[str, host_shims.GuestFile]) -> None:
+    """Put files on the host's disk (the installed OS), live if that OS runs, else into its upper dir.
+    For tests that need a program in the OS without going through the apt repository."""
+    live = host.init_pid() is not None and host.running in (Running.INSTALLED, Running.PREVIOUS)
     for guest_path, f in files.items():
-        target = host.guest_path(guest_path) if on_disk else host.state_dir / "rescue" / "upper" / guest_path
+        target = host.guest_path(guest_path) if live else host.disk_dir / "upper" / guest_path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink() or target.exists():
             target.unlink()
-        if getattr(f, "link", None):
+        if f.link is not None:
             target.symlink_to(f.link)
         else:
             target.write_bytes(f.content)
             target.chmod(f.mode)
-

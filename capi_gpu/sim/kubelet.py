@@ -225,12 +225,13 @@ class SimKubelet:
     # -- DRA ------------------------------------------------------------------------------------
     def _read_gpu(self) -> tuple[dra_publisher.GpuFacts, list[dra_publisher.MigFacts]]:
         outs = []
-        for args in (["-q", "-x"], ["-L"], ["mig", "-lgi"]):
+        query = [f"--query-gpu={','.join(dra_publisher.QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
+        for args in (query, ["-q", "-x"], ["-L"], ["mig", "-lgi"]):
             res = self.host.exec(["nvidia-smi", *args], timeout=30)
             if res.returncode != 0 and args != ["mig", "-lgi"]:  # -lgi exits 6 when there are no instances
                 raise dra_publisher.GpuUnavailable(f"nvidia-smi {' '.join(args)}: exit {res.returncode}")
             outs.append(res.stdout.decode(errors="replace"))
-        return dra_publisher.parse_gpu(outs[0], outs[1], outs[2], self.brand)
+        return dra_publisher.parse_gpu(outs[0], outs[1], outs[2], outs[3], self.brand)
 
     def _start_publisher(self) -> None:
         assert self.node_name is not None

@@ -163,9 +163,9 @@ def test_rescue_inspection_follows_the_hardware_knobs(rescue: Rescue, client_key
         assert shell.smart_ok([disks[0].wwn or ""])
         assert not shell.smart_ok()
         gpus = shell.gpus()
-        assert [(g.vendor_id, g.device_id, g.fell_off_bus) for g in gpus] == [("10de", "2bb5", False)]
+        assert [(g.vendor_id, g.device_id, hostfacts.fell_off_bus(g)) for g in gpus] == [(0x10DE, 0x2BB5, False)]
         host.gpu_fall_off_bus(until_reboot=False)
-        assert shell.gpus()[0].fell_off_bus
+        assert hostfacts.fell_off_bus(shell.gpus()[0])
         # the previous OS lives on nvme0n1: installing on nvme1n1 alone would leave it bootable
         assert shell.other_linux_present([disks[1].wwn or ""])
         assert shell.other_linux_present([disks[0].wwn or ""]) == []

@@ -26,6 +26,7 @@ from pathlib import Path
 from capi_gpu.sim.hosts import cgroups, names, netns
 
 MARKER = ".capi-gpu-sim"
+KILL_WAIT_S = 15.0
 
 
 def _run_dir() -> Path:
@@ -160,8 +161,11 @@ def cleanup_slot(slot: int, report: CleanupReport | None = None) -> CleanupRepor
         cgroups.destroy(cg)
         report.cgroups.append(cg)
     for ns in [n for n in netns.list_netns() if names.slot_of_netns(n) == slot]:
-        _kill(_pids_in_netns(ns), report)
-        time.sleep(0.05)
+        # A dying PID namespace takes a moment (1-2 s) to let go of its processes: kill until none is left.
+        deadline = time.monotonic() + KILL_WAIT_S
+        while (pids := _pids_in_netns(ns)) and time.monotonic() < deadline:
+            _kill(pids, report)
+            time.sleep(0.1)
         netns.delete_by_name(ns, None)
         report.netns.append(ns)
     for link in [x for x in netns.list_links() if names.slot_of_link(x) == slot]:
@@ -199,10 +203,17 @@ def cleanup_stale() -> CleanupReport:
     return report
 
 
-def leftovers(slot: int | None = None) -> dict[str, list[str]]:
-    """What of ours exists now (for tests and ``sim down``): netns, links, cgroups, processes."""
+def _slots_of(nss: list[str], slot: int | None) -> set[int]:
+    return {slot} if slot is not None else {s for n in nss if (s := names.slot_of_netns(n)) is not None}
+
+
+def leftovers(slot: int | None = None, include_live: bool = False) -> dict[str, list[str]]:
+    """What of ours exists now (for tests and ``sim down``): netns, links, cgroups, processes, mounts;
+    of one slot, or of every slot whose owner is dead (``include_live`` adds running fleets)."""
+    live = set() if include_live or slot is not None else {s for s in range(1, names.MAX_SLOT + 1) if slot_alive(s)}
+
     def mine(s: int | None) -> bool:
-        return s is not None and (slot is None or s == slot)
+        return s is not None and (slot is None or s == slot) and s not in live
 
     nss = [n for n in netns.list_netns() if mine(names.slot_of_netns(n))]
     cgs = [c for c in cgroups.list_ours() if mine(names.slot_of_cgroup(c))]
@@ -214,5 +225,5 @@ def leftovers(slot: int | None = None) -> dict[str, list[str]]:
         "links": [x for x in netns.list_links() if mine(names.slot_of_link(x))],
         "cgroups": cgs,
         "processes": sorted(str(p) for p in pids),
-        "mounts": [m for m in mounts if slot is None or f"-f{slot}-" in m or f"/f{slot}" in m],
+        "mounts": [m for m in mounts if any(f"-f{s}-" in m or f"/f{s}/" in m for s in _slots_of(nss, slot))],
     }
