@@ -80,16 +80,13 @@ class GPUSpec(KubeModel):
 
     model: Annotated[str | None, Field(pattern=r"^[a-z0-9-]+$", max_length=32)] = None
     """GPU catalog name the host must carry (rtx-pro-6000, h100-80gb, h200-141gb); any MIG-capable GPU when unset."""
-    driver_branch: Annotated[str, Field(pattern=r"^[0-9]{3}$")] = "575"
-    """NVIDIA driver branch to pin; RTX PRO 6000 MIG needs 575 or later."""
-    driver_repository: Annotated[str | None, Field(max_length=512)] = None
-    """apt repository line for NVIDIA's packages; NVIDIA's CUDA repository when unset."""
+    driver_branch: Annotated[str, Field(pattern=r"^[0-9]{3}$")] = "580"
+    """NVIDIA driver branch to pin (580 is a long-term branch); RTX PRO 6000 MIG needs 575 or later.
+    Package repositories are operator settings (a mirror is infrastructure, not a per-machine choice)."""
     mig_mode: MigMode = MigMode.STATIC
     """Static pre-applies the layout; Dynamic leaves MIG to the DRA driver (no layout allowed)."""
     layout: MigLayout | None = None
     """MIG layout applied at every boot before kubelet and the DRA plugin; whole GPU when unset."""
-    cdi: bool = True
-    """Enable CDI in containerd and generate the NVIDIA CDI spec."""
 
 
 class StandbySpec(KubeModel):
