@@ -69,13 +69,19 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    config = FleetConfig(hosts=args.hosts, state_root=args.state_dir, gpu_device_id=args.gpu_device_id,
-                         first_server_number=args.first_server_number,
-                         host=HostConfig(reset_seconds=args.reset_seconds))
+    config = FleetConfig(
+        hosts=args.hosts,
+        state_root=args.state_dir,
+        gpu_device_id=args.gpu_device_id,
+        first_server_number=args.first_server_number,
+        host=HostConfig(reset_seconds=args.reset_seconds),
+    )
     with RobotSim(compression=args.compression) as robot, Fleet(config, robot=robot) as fleet:
         pidfile = args.state_dir / f"sim-up-{fleet.slot}.json"
         doc = {
-            "pid": os.getpid(), "slot": fleet.slot, "state_dir": str(fleet.state_dir),
+            "pid": os.getpid(),
+            "slot": fleet.slot,
+            "state_dir": str(fleet.state_dir),
             "robot": {"url": robot.url, "username": robot.username, "password": robot.password},
             "hosts": fleet.describe(),
         }
@@ -125,7 +131,20 @@ def run_down(args: argparse.Namespace) -> int:
     while any((left := registry.leftovers()).values()) and time.monotonic() < deadline:
         time.sleep(0.2)  # processes of a dying namespace take a moment to disappear
         registry.cleanup_stale()
-    print(json.dumps({"removed": {"slots": report.slots, "netns": report.netns, "links": report.links,
-                                  "cgroups": report.cgroups, "killed": report.killed, "dirs": report.dirs},
-                      "remaining": left}, indent=2))
+    print(
+        json.dumps(
+            {
+                "removed": {
+                    "slots": report.slots,
+                    "netns": report.netns,
+                    "links": report.links,
+                    "cgroups": report.cgroups,
+                    "killed": report.killed,
+                    "dirs": report.dirs,
+                },
+                "remaining": left,
+            },
+            indent=2,
+        )
+    )
     return EXIT_OK if not any(left.values()) else EXIT_FAILED

@@ -129,8 +129,10 @@ class Credentials:
     password: str | None = None
 
     def __repr__(self) -> str:
-        return f"Credentials(private_key={'<set>' if self.private_key else None}, " \
-               f"password={'<set>' if self.password else None})"
+        return (
+            f"Credentials(private_key={'<set>' if self.private_key else None}, "
+            f"password={'<set>' if self.password else None})"
+        )
 
 
 def md5_fingerprint(blob: bytes) -> str:

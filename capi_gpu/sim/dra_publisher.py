@@ -82,12 +82,21 @@ def semver(version: str) -> str:
     return ".".join([*parts, "0", "0", "0"][:3])
 
 
-QUERY_FIELDS = ("uuid", "name", "pci.bus_id", "pci.device_id", "driver_version", "memory.total", "mig.mode.current",
-                "compute_cap")
+QUERY_FIELDS = (
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "pci.device_id",
+    "driver_version",
+    "memory.total",
+    "mig.mode.current",
+    "compute_cap",
+)
 
 
-def parse_gpu(query_csv: str, xml_text: str, list_text: str, lgi_text: str, brand: str
-              ) -> tuple[GpuFacts, list[MigFacts]]:
+def parse_gpu(
+    query_csv: str, xml_text: str, list_text: str, lgi_text: str, brand: str
+) -> tuple[GpuFacts, list[MigFacts]]:
     """GPU 0 from ``--query-gpu``, ``-q -x``, ``-L`` and ``mig -lgi`` output, with the project's parsers."""
     rows = nvidia_smi.parse_query_csv(query_csv, QUERY_FIELDS)
     if not rows:
@@ -98,10 +107,16 @@ def parse_gpu(query_csv: str, xml_text: str, list_text: str, lgi_text: str, bran
     model = catalog.builtin_catalog().for_device_id(query.pci_device_id) if query.pci_device_id else None
     bus = row["pci.bus_id"]
     facts = GpuFacts(
-        uuid=query.uuid or "", product_name=query.name or "", architecture=model.architecture if model else "Unknown",
-        brand=brand, pci_bus_id=bus[-12:] if len(bus) > 12 else bus, driver_version=query.driver_version or "",
-        cuda_version=report.cuda_version or "", compute_cap=row.get("compute_cap", "0.0"),
-        memory_mib=query.memory_total_mib or 0, mig_enabled=query.mig_current is nvidia_smi.MigMode.ENABLED,
+        uuid=query.uuid or "",
+        product_name=query.name or "",
+        architecture=model.architecture if model else "Unknown",
+        brand=brand,
+        pci_bus_id=bus[-12:] if len(bus) > 12 else bus,
+        driver_version=query.driver_version or "",
+        cuda_version=report.cuda_version or "",
+        compute_cap=row.get("compute_cap", "0.0"),
+        memory_mib=query.memory_total_mib or 0,
+        mig_enabled=query.mig_current is nvidia_smi.MigMode.ENABLED,
     )
     listed = nvidia_smi.parse_list(list_text)
     uuids = {m.device_index: m.uuid for m in listed[0].mig_devices} if listed else {}
@@ -111,12 +126,23 @@ def parse_gpu(query_csv: str, xml_text: str, list_text: str, lgi_text: str, bran
         gi = gis.get(dev.gpu_instance_id)
         if gi is None:
             continue
-        migs.append(MigFacts(
-            profile=gi.profile, gi_profile_id=gi.profile_id, gi_id=gi.instance_id, placement_start=gi.start,
-            placement_size=gi.size, uuid=uuids.get(dev.index, ""), multiprocessors=dev.multiprocessors or 0,
-            copy_engines=dev.copy_engines or 0, decoders=dev.decoders or 0, encoders=dev.encoders or 0,
-            jpeg_engines=dev.jpeg or 0, ofa_engines=dev.ofa or 0, memory_mib=dev.memory_total_mib or 0,
-        ))
+        migs.append(
+            MigFacts(
+                profile=gi.profile,
+                gi_profile_id=gi.profile_id,
+                gi_id=gi.instance_id,
+                placement_start=gi.start,
+                placement_size=gi.size,
+                uuid=uuids.get(dev.index, ""),
+                multiprocessors=dev.multiprocessors or 0,
+                copy_engines=dev.copy_engines or 0,
+                decoders=dev.decoders or 0,
+                encoders=dev.encoders or 0,
+                jpeg_engines=dev.jpeg or 0,
+                ofa_engines=dev.ofa or 0,
+                memory_mib=dev.memory_total_mib or 0,
+            )
+        )
     return facts, migs
 
 
@@ -135,25 +161,39 @@ def _common(gpu: GpuFacts) -> dict[str, Any]:
 def build_devices(gpu: GpuFacts, migs: list[MigFacts], minor: int = 0) -> list[Obj]:
     """The devices the driver announces for this GPU state (pure)."""
     if not gpu.mig_enabled:
-        return [{"name": f"gpu-{minor}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid},
-                                                        **_common(gpu)},
-                 "capacity": {"memory": {"value": str(gpu.memory_mib * 1024 * 1024)}}}]
+        return [
+            {
+                "name": f"gpu-{minor}",
+                "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}, **_common(gpu)},
+                "capacity": {"memory": {"value": str(gpu.memory_mib * 1024 * 1024)}},
+            }
+        ]
     devices = []
     for m in sorted(migs, key=lambda m: m.placement_start):
         capacity = {
-            "multiprocessors": {"value": str(m.multiprocessors)}, "copyEngines": {"value": str(m.copy_engines)},
-            "decoders": {"value": str(m.decoders)}, "encoders": {"value": str(m.encoders)},
-            "jpegEngines": {"value": str(m.jpeg_engines)}, "ofaEngines": {"value": str(m.ofa_engines)},
+            "multiprocessors": {"value": str(m.multiprocessors)},
+            "copyEngines": {"value": str(m.copy_engines)},
+            "decoders": {"value": str(m.decoders)},
+            "encoders": {"value": str(m.encoders)},
+            "jpegEngines": {"value": str(m.jpeg_engines)},
+            "ofaEngines": {"value": str(m.ofa_engines)},
             "memory": {"value": str(m.memory_mib * 1024 * 1024)},
         }
         for i in range(m.placement_start, m.placement_start + m.placement_size):
             capacity[f"memorySlice{i}"] = {"value": "1"}
-        devices.append({
-            "name": layout.dra_device_name(minor, m.profile, m.gi_profile_id, m.placement_start),
-            "attributes": {"type": {"string": "mig"}, "uuid": {"string": m.uuid}, "parentUUID": {"string": gpu.uuid},
-                           "profile": {"string": m.profile}, **_common(gpu)},
-            "capacity": capacity,
-        })
+        devices.append(
+            {
+                "name": layout.dra_device_name(minor, m.profile, m.gi_profile_id, m.placement_start),
+                "attributes": {
+                    "type": {"string": "mig"},
+                    "uuid": {"string": m.uuid},
+                    "parentUUID": {"string": gpu.uuid},
+                    "profile": {"string": m.profile},
+                    **_common(gpu),
+                },
+                "capacity": capacity,
+            }
+        )
     return devices
 
 
@@ -188,17 +228,34 @@ class DraPublisher:
         self.start()
 
     def _ours(self) -> list[Obj]:
-        return [s for s in self.kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={self.node_name}")
-                if s["spec"].get("driver") == DRIVER]
+        return [
+            s
+            for s in self.kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={self.node_name}")
+            if s["spec"].get("driver") == DRIVER
+        ]
 
     def _body(self, devices: list[Obj], generation: int, count: int) -> Obj:
         return {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"generateName": f"{self.node_name}-{DRIVER}-", "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": self.node_uid,
-                 "controller": True}]},
-            "spec": {"driver": DRIVER, "nodeName": self.node_name, "devices": devices,
-                     "pool": {"name": self.node_name, "generation": generation, "resourceSliceCount": count}},
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {
+                "generateName": f"{self.node_name}-{DRIVER}-",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.node_name,
+                        "uid": self.node_uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": self.node_name,
+                "devices": devices,
+                "pool": {"name": self.node_name, "generation": generation, "resourceSliceCount": count},
+            },
         }
 
     def _sync(self, devices: list[Obj], count: int, bump: bool) -> Obj:
@@ -251,5 +308,8 @@ class DraPublisher:
 
 
 def _same(existing: list[Obj], devices: list[Obj]) -> bool:
-    return len(existing) == 1 and existing[0]["spec"].get("devices") == devices and \
-        existing[0]["spec"]["pool"].get("resourceSliceCount") == 1
+    return (
+        len(existing) == 1
+        and existing[0]["spec"].get("devices") == devices
+        and existing[0]["spec"]["pool"].get("resourceSliceCount") == 1
+    )

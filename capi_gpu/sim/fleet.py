@@ -104,17 +104,31 @@ class Fleet:
 
     def _record(self) -> None:
         if self._lease is not None:
-            self._lease.write({"state_dir": str(self.state_dir), "hosts": [
-                {"server_number": n, "netns": h.hn.netns, "veth": h.hn.veth_host, "cgroup": h.hn.cgroup_name}
-                for n, h in self.hosts.items()]})
+            self._lease.write(
+                {
+                    "state_dir": str(self.state_dir),
+                    "hosts": [
+                        {"server_number": n, "netns": h.hn.netns, "veth": h.hn.veth_host, "cgroup": h.hn.cgroup_name}
+                        for n, h in self.hosts.items()
+                    ],
+                }
+            )
 
     def add_host(self, server_number: int, register: bool = True) -> Host:
         with self._lock:
             index = len(self.hosts)
             hn = names.HostNames(self.slot, index)
-            host = Host(hn, server_number, self.state_dir / "hosts" / hn.key, self._base, self._layers,
-                        self._inner, hardware.gex131(server_number, self.config.gpu_device_id),
-                        self._next_boot, self.config.host)
+            host = Host(
+                hn,
+                server_number,
+                self.state_dir / "hosts" / hn.key,
+                self._base,
+                self._layers,
+                self._inner,
+                hardware.gex131(server_number, self.config.gpu_device_id),
+                self._next_boot,
+                self.config.host,
+            )
             self.hosts[server_number] = host
             self._record()
         host.create()
@@ -122,8 +136,13 @@ class Fleet:
             with self.robot.locked() as world:
                 known = world.servers.get(server_number)
             if known is None:
-                self.robot.add_server(server_number, name=f"gex131-{index}", ip=hn.guest_ip,
-                                      product=self.config.product, dc=self.config.dc)
+                self.robot.add_server(
+                    server_number,
+                    name=f"gex131-{index}",
+                    ip=hn.guest_ip,
+                    product=self.config.product,
+                    dc=self.config.dc,
+                )
             else:
                 with self.robot.locked():
                     known.ip = hn.guest_ip
@@ -199,9 +218,18 @@ class Fleet:
         return self.hosts[server_number]
 
     def describe(self) -> list[dict[str, Any]]:
-        return [{"server_number": n, "server_ip": h.guest_ip, "netns": h.hn.netns, "state": h.state.value,
-                 "running": h.running.value, "product": self.config.product, "dc": self.config.dc}
-                for n, h in self.hosts.items()]
+        return [
+            {
+                "server_number": n,
+                "server_ip": h.guest_ip,
+                "netns": h.hn.netns,
+                "state": h.state.value,
+                "running": h.running.value,
+                "product": self.config.product,
+                "dc": self.config.dc,
+            }
+            for n, h in self.hosts.items()
+        ]
 
 
 def _target(t: robot_hooks.BootTarget) -> targets.BootTarget:

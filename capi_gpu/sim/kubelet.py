@@ -33,10 +33,22 @@ log = logging.getLogger(__name__)
 LEASES = Res("coordination.k8s.io", "v1", "leases")
 JOIN_RECORD = "/var/lib/kubelet/sim-join.json"
 RESET_RECORD = "/var/lib/kubelet/sim-reset.json"
-CAPACITY = {"cpu": "48", "memory": "263856952Ki", "pods": "110", "ephemeral-storage": "937692504Ki",
-            "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
-ALLOCATABLE = {"cpu": "47", "memory": "261657400Ki", "pods": "110", "ephemeral-storage": "864172000Ki",
-               "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
+CAPACITY = {
+    "cpu": "48",
+    "memory": "263856952Ki",
+    "pods": "110",
+    "ephemeral-storage": "937692504Ki",
+    "hugepages-1Gi": "0",
+    "hugepages-2Mi": "0",
+}
+ALLOCATABLE = {
+    "cpu": "47",
+    "memory": "261657400Ki",
+    "pods": "110",
+    "ephemeral-storage": "864172000Ki",
+    "hugepages-1Gi": "0",
+    "hugepages-2Mi": "0",
+}
 
 
 def _now() -> str:
@@ -48,8 +60,17 @@ def _micro_now() -> str:
 
 
 class SimKubelet:
-    def __init__(self, host: Host, kube: Kube, *, poll_s: float = 0.25, heartbeat_s: float = 10.0,
-                 kubelet_version: str = "v1.36.3", brand: str = "NvidiaRTX", publish_dra: bool = True) -> None:
+    def __init__(
+        self,
+        host: Host,
+        kube: Kube,
+        *,
+        poll_s: float = 0.25,
+        heartbeat_s: float = 10.0,
+        kubelet_version: str = "v1.36.3",
+        brand: str = "NvidiaRTX",
+        publish_dra: bool = True,
+    ) -> None:
         self.host = host
         self.kube = kube
         self.poll_s = poll_s
@@ -145,34 +166,74 @@ class SimKubelet:
     # -- node -----------------------------------------------------------------------------------
     def _node_body(self, join: dict[str, Any]) -> Obj:
         name = str(join["nodeName"])
-        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                  "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
-                  **{str(k): str(v) for k, v in (join.get("labels") or {}).items()}}
-        spec: Obj = {"taints": [{k: v for k, v in t.items() if k in ("key", "value", "effect")}
-                                for t in join.get("taints") or []]}
+        labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64",
+            **{str(k): str(v) for k, v in (join.get("labels") or {}).items()},
+        }
+        spec: Obj = {
+            "taints": [
+                {k: v for k, v in t.items() if k in ("key", "value", "effect")} for t in join.get("taints") or []
+            ]
+        }
         if join.get("providerID"):
             spec["providerID"] = join["providerID"]
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
-                "spec": spec, "status": self._status("True", "KubeletReady", "kubelet is posting ready status")}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+            "status": self._status("True", "KubeletReady", "kubelet is posting ready status"),
+        }
 
     def _status(self, ready: str, reason: str, message: str) -> Obj:
         now = _now()
-        conds = [{"type": t, "status": "False", "reason": r, "message": m, "lastHeartbeatTime": now,
-                  "lastTransitionTime": now}
-                 for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
-                                 ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                                 ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID"))]
-        conds.append({"type": "Ready", "status": ready, "reason": reason, "message": message,
-                      "lastHeartbeatTime": now, "lastTransitionTime": now})
+        conds = [
+            {
+                "type": t,
+                "status": "False",
+                "reason": r,
+                "message": m,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for t, r, m in (
+                ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
+                ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID"),
+            )
+        ]
+        conds.append(
+            {
+                "type": "Ready",
+                "status": ready,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        )
         name = self.node_name or (self._join or {}).get("nodeName", self.host.name)
         return {
-            "capacity": dict(CAPACITY), "allocatable": dict(ALLOCATABLE), "conditions": conds,
+            "capacity": dict(CAPACITY),
+            "allocatable": dict(ALLOCATABLE),
+            "conditions": conds,
             "addresses": [{"type": "InternalIP", "address": self.host.guest_ip}, {"type": "Hostname", "address": name}],
-            "nodeInfo": {"machineID": "", "systemUUID": f"sim-{self.host.server_number}",
-                         "bootID": self.host.boot_id or "", "kernelVersion": "6.1.0-sim-amd64",
-                         "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://2.1.5",
-                         "kubeletVersion": self.kubelet_version, "kubeProxyVersion": "",
-                         "operatingSystem": "linux", "architecture": "amd64"},
+            "nodeInfo": {
+                "machineID": "",
+                "systemUUID": f"sim-{self.host.server_number}",
+                "bootID": self.host.boot_id or "",
+                "kernelVersion": "6.1.0-sim-amd64",
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "containerRuntimeVersion": "containerd://2.1.5",
+                "kubeletVersion": self.kubelet_version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
         }
 
@@ -202,10 +263,18 @@ class SimKubelet:
             return
         self._last_beat = time.monotonic()
         node = self.kube.get(NODES, self.node_name)
-        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                 "metadata": {"name": self.node_name, "namespace": "kube-node-lease", "ownerReferences": [
-                     {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": node["metadata"]["uid"]}]},
-                 "spec": {"holderIdentity": self.node_name, "leaseDurationSeconds": 40, "renewTime": _micro_now()}}
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.node_name,
+                "namespace": "kube-node-lease",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": node["metadata"]["uid"]}
+                ],
+            },
+            "spec": {"holderIdentity": self.node_name, "leaseDurationSeconds": 40, "renewTime": _micro_now()},
+        }
         try:
             self.kube.create(LEASES, lease, namespace="kube-node-lease")
         except Conflict:

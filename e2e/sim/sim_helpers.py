@@ -48,8 +48,9 @@ class Rescue:
     activation: dict[str, Any]
 
     def shell(self, key: keys.KeyPair, **endpoint: Any) -> ssh.ParamikoShell:
-        return ssh.ParamikoShell(ssh.Endpoint(self.host.guest_ip, self.pin, **endpoint),
-                                 ssh.Credentials(private_key=key.private_openssh))
+        return ssh.ParamikoShell(
+            ssh.Endpoint(self.host.guest_ip, self.pin, **endpoint), ssh.Credentials(private_key=key.private_openssh)
+        )
 
 
 def boot_rescue(host: Host, api: RobotApi, key: keys.KeyPair) -> Rescue:

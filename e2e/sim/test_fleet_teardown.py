@@ -38,8 +38,13 @@ def _nothing_left(slot: int) -> dict[str, list[str]]:
 
 def test_sigkilled_sim_up_is_swept_by_sim_down(tmp_path: Path) -> None:
     cli = [sys.executable, "-c", "import sys; from capi_gpu.cli import main; sys.exit(main())"]
-    proc = subprocess.Popen([*cli, "sim", "up", "--hosts", "2", "--state-dir", str(tmp_path), "--compression", "600"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*cli, "sim", "up", "--hosts", "2", "--state-dir", str(tmp_path), "--compression", "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         doc = _wait_json(proc)
         slot = int(str(doc["slot"]))
@@ -53,8 +58,13 @@ def test_sigkilled_sim_up_is_swept_by_sim_down(tmp_path: Path) -> None:
         time.sleep(0.5)
         orphans = registry.leftovers(slot)
         assert orphans["netns"] and orphans["processes"], "SIGKILL should have left the guests running"
-        down = subprocess.run([*cli, "sim", "down", "--state-dir", str(tmp_path)], capture_output=True, text=True,
-                              timeout=120, check=False)
+        down = subprocess.run(
+            [*cli, "sim", "down", "--state-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert down.returncode == 0, down.stdout + down.stderr
         assert _nothing_left(slot) == {}
         assert not Path(str(doc["state_dir"])).exists()

@@ -61,18 +61,29 @@ def wait_install(shell: ssh.ParamikoShell, timeout: float = 60) -> ssh.InstallIm
 
 BAD = [
     ("DRIVE1 /dev/sda\nHOSTNAME x\nPART / ext4 all\nIMAGE " + IMAGE + "\n", "ERROR: Value for DRIVE1 is not correct"),
-    (autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M\n", "PART / ext4 all\n", 1)
-     .replace("PART / ext4 all\nPART / ext4 all", "PART / ext4 all\nPART /home ext4 all"),
-     'ERROR: Partition size "all" has to be on the last partition'),
-    (autosetup("/dev/nvme0n1").replace(IMAGE, "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.img"),
-     "is no valid FILETYPE for images"),
+    (
+        autosetup("/dev/nvme0n1")
+        .replace("PART /boot ext4 1024M\n", "PART / ext4 all\n", 1)
+        .replace("PART / ext4 all\nPART / ext4 all", "PART / ext4 all\nPART /home ext4 all"),
+        'ERROR: Partition size "all" has to be on the last partition',
+    ),
+    (
+        autosetup("/dev/nvme0n1").replace(IMAGE, "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.img"),
+        "is no valid FILETYPE for images",
+    ),
     (autosetup("/dev/nvme0n1").replace("HOSTNAME bm-gpu-1", "HOSTNAME "), "ERROR: HOSTNAME may not be empty"),
-    (autosetup("/dev/nvme0n1").replace("SWRAID 0", "SWRAID 1\nSWRAIDLEVEL 1"),
-     "ERROR: You need to select at least 2 disks for creating software raid!"),
-    (autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M", "PART /boot ext9 1024M"),
-     "ERROR: Filesystem for partition 1 is not correct"),
-    (autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M", "PART /boot ext4 100M"),
-     "ERROR: Your /boot partition has to be at least 200M"),
+    (
+        autosetup("/dev/nvme0n1").replace("SWRAID 0", "SWRAID 1\nSWRAIDLEVEL 1"),
+        "ERROR: You need to select at least 2 disks for creating software raid!",
+    ),
+    (
+        autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M", "PART /boot ext9 1024M"),
+        "ERROR: Filesystem for partition 1 is not correct",
+    ),
+    (
+        autosetup("/dev/nvme0n1").replace("PART /boot ext4 1024M", "PART /boot ext4 100M"),
+        "ERROR: Your /boot partition has to be at least 200M",
+    ),
 ]
 
 
@@ -93,13 +104,17 @@ def test_install_reboot_and_resets_switch_boot_targets(
     host = fleet.host()
     rescue = boot_rescue(host, robot_api, client_key)
     os_key = keys.generate(comment="root@bm-gpu-1")
-    user_data = "#cloud-config\nwrite_files:\n- path: /root/hello\n  content: aGVsbG8K\n  encoding: b64\n" \
-                "runcmd:\n- [sh, -c, 'echo ran > /root/runcmd.out']\n"
+    user_data = (
+        "#cloud-config\nwrite_files:\n- path: /root/hello\n  content: aGVsbG8K\n  encoding: b64\n"
+        "runcmd:\n- [sh, -c, 'echo ran > /root/runcmd.out']\n"
+    )
     with rescue.shell(client_key) as shell:
         rescue_boot_id = shell.boot_id()
         wwns = [d.wwn for d in shell.disks() if d.wwn]
-        shell.start_installimage(autosetup(f"/dev/disk/by-id/nvme-{wwns[0]}", f"/dev/disk/by-id/nvme-{wwns[1]}"),
-                                 post_install(os_key, "bm-gpu-1", user_data))
+        shell.start_installimage(
+            autosetup(f"/dev/disk/by-id/nvme-{wwns[0]}", f"/dev/disk/by-id/nvme-{wwns[1]}"),
+            post_install(os_key, "bm-gpu-1", user_data),
+        )
         st = wait_install(shell)
         assert st.state is ssh.InstallState.SUCCEEDED, st.log_tail
         assert "POST_INSTALL_SCRIPT_FINISHED" in st.log_tail
@@ -108,7 +123,9 @@ def test_install_reboot_and_resets_switch_boot_targets(
     assert host.wait_up(BOOT_TIMEOUT_S, after_boot=before)
     assert host.running is Running.INSTALLED
     os_pin = ssh.HostKeyPin.from_public_key(os_key.public_line)
-    with ssh.ParamikoShell(ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)) as osh:
+    with ssh.ParamikoShell(
+        ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)
+    ) as osh:
         assert osh.hostname() == "bm-gpu-1"
         assert osh.boot_id() != rescue_boot_id
         deadline = time.monotonic() + 30
@@ -127,7 +144,9 @@ def test_install_reboot_and_resets_switch_boot_targets(
     before = host.boot_count()
     robot_api.reset(host.server_number, "hw")  # no rescue armed: the disk boots
     assert host.wait_up(BOOT_TIMEOUT_S, after_boot=before)
-    with ssh.ParamikoShell(ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)) as osh:
+    with ssh.ParamikoShell(
+        ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)
+    ) as osh:
         assert osh.hostname() == "bm-gpu-1"
 
 
@@ -138,8 +157,9 @@ def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotA
     shell = rescue.shell(client_key)
     shell.start_installimage(autosetup("/dev/nvme0n1"))
     assert shell.installimage_state().state is ssh.InstallState.RUNNING
-    session = sshtransport.Session(ssh.Endpoint(host.guest_ip, rescue.pin),
-                                   ssh.Credentials(private_key=client_key.private_openssh))
+    session = sshtransport.Session(
+        ssh.Endpoint(host.guest_ip, rescue.pin), ssh.Credentials(private_key=client_key.private_openssh)
+    )
     killer = threading.Timer(0.5, host.drop_ssh)
     killer.start()
     with pytest.raises(ssh.SessionDropped):

@@ -44,20 +44,25 @@ nodeRegistration:
 def cloud_config(join_config: str) -> str:
     """The shape CABPK writes: the join config as a b64 file, runcmd kubeadm join && sentinel."""
     b64 = base64.b64encode(join_config.encode()).decode()
-    return ("#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n  owner: root:root\n"
-            f"  permissions: '0640'\n  encoding: b64\n  content: {b64}\nruncmd:\n"
-            "- 'kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > "
-            "/run/cluster-api/bootstrap-success.complete'\n")
+    return (
+        "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n  owner: root:root\n"
+        f"  permissions: '0640'\n  encoding: b64\n  content: {b64}\nruncmd:\n"
+        "- 'kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > "
+        "/run/cluster-api/bootstrap-success.complete'\n"
+    )
 
 
-def install_os(fleet: Fleet, api: RobotApi, client: keys.KeyPair, user_data: str, extra: dict[str, host_shims.GuestFile]
-               ) -> tuple[Host, ssh.HostKeyPin]:
+def install_os(
+    fleet: Fleet, api: RobotApi, client: keys.KeyPair, user_data: str, extra: dict[str, host_shims.GuestFile]
+) -> tuple[Host, ssh.HostKeyPin]:
     host = fleet.host()
     rescue = boot_rescue(host, api, client)
     os_key = keys.generate()
     with rescue.shell(client) as shell:
-        shell.start_installimage(autosetup("/dev/nvme0n1", hostname=f"bm-{host.server_number}"),
-                                 post_install(os_key, f"bm-{host.server_number}", user_data))
+        shell.start_installimage(
+            autosetup("/dev/nvme0n1", hostname=f"bm-{host.server_number}"),
+            post_install(os_key, f"bm-{host.server_number}", user_data),
+        )
         assert wait_install(shell).state is ssh.InstallState.SUCCEEDED
         install_on_disk(host, extra)  # what the playbooks' apt installs would have put there
         before = host.boot_count()
@@ -87,14 +92,18 @@ def test_bootstrap_registers_the_node_and_reset_removes_it(
         assert kubelet.wait_node(60), kubelet.errors
         node = workload_kube.get(NODES, name)
         assert node["spec"]["providerID"] == f"{domain.PROVIDER_ID_PREFIX}{number}"
-        assert {t["key"] for t in node["spec"]["taints"]} == {domain.NODE_STARTUP_TAINT,
-                                                             "node.cluster.x-k8s.io/uninitialized"}
+        assert {t["key"] for t in node["spec"]["taints"]} == {
+            domain.NODE_STARTUP_TAINT,
+            "node.cluster.x-k8s.io/uninitialized",
+        }
         assert node["metadata"]["labels"]["cluster-api/accelerator"] == "rtx-pro-6000"
         assert node["status"]["capacity"]["cpu"] == "48" and node["status"]["capacity"]["pods"] == "110"
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
         assert {"type": "InternalIP", "address": host.guest_ip} in node["status"]["addresses"]
-        with ssh.ParamikoShell(ssh.Endpoint(host.guest_ip, pin), ssh.Credentials(private_key=client_key.private_openssh)) as sh:
+        with ssh.ParamikoShell(
+            ssh.Endpoint(host.guest_ip, pin), ssh.Credentials(private_key=client_key.private_openssh)
+        ) as sh:
             assert sh.cloud_init_status() is hostfacts.CloudInit.DONE
             assert sh.sentinel_present()
             sh.kubeadm_reset()
@@ -150,8 +159,10 @@ def test_published_slices_match_the_layout_and_the_fault_knobs(
         assert spec["pool"]["generation"] == gen + 1
 
         pub.publish_stale()
-        gens = sorted(s["spec"]["pool"]["generation"] for s in
-                      workload_kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={name}"))
+        gens = sorted(
+            s["spec"]["pool"]["generation"]
+            for s in workload_kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={name}")
+        )
         assert gens == [gen + 1, gen + 2]
 
         pub.publish_incomplete()
@@ -169,8 +180,16 @@ def test_an_invalid_slice_is_refused_by_the_apiserver(workload_kube: Kube) -> No
     """The schema check is the apiserver's: a device name that is not a DNS label is rejected."""
     from capi_gpu.kube import Invalid
 
-    bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"generateName": "bad-"},
-           "spec": {"driver": "gpu.nvidia.com", "nodeName": "n", "pool": {"name": "n", "generation": 1,
-                    "resourceSliceCount": 1}, "devices": [{"name": "gpu-0-mig-1g.24gb-14-0"}]}}
+    bad = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"generateName": "bad-"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "n",
+            "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0-mig-1g.24gb-14-0"}],
+        },
+    }
     with pytest.raises(Invalid):
         workload_kube.create(RESOURCESLICES, bad)

@@ -81,7 +81,8 @@ def installed_files() -> dict[str, GuestFile]:
         "/usr/bin/cloud-init": GuestFile(_script("cloudinit")),
         "/etc/systemd/system/cloud-init.service": GuestFile(CLOUD_INIT_UNIT, 0o644),
         "/etc/systemd/system/multi-user.target.wants/cloud-init.service": _link(
-            "/etc/systemd/system/cloud-init.service"),
+            "/etc/systemd/system/cloud-init.service"
+        ),
         "/usr/local/lib/sim/hwinfo": GuestFile(_script("hwinfo")),
         "/usr/bin/lspci": _link("/usr/local/lib/sim/lspci"),
         "/usr/local/lib/sim/lspci": _link("hwinfo"),

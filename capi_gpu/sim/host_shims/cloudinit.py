@@ -67,9 +67,15 @@ def _instance_id(meta: dict[str, Any]) -> str:
 
 def _write_status(state: str, errors: list[str], stage: str | None = None) -> None:
     RUN.mkdir(parents=True, exist_ok=True)
-    body = {"v1": {"datasource": "DataSourceNoCloud [seed=/var/lib/cloud/seed/nocloud-net]", "stage": stage,
-                   "errors": errors, "status": state,
-                   "last_update": time.strftime("%a, %d %b %Y %H:%M:%S +0000")}}
+    body = {
+        "v1": {
+            "datasource": "DataSourceNoCloud [seed=/var/lib/cloud/seed/nocloud-net]",
+            "stage": stage,
+            "errors": errors,
+            "status": state,
+            "last_update": time.strftime("%a, %d %b %Y %H:%M:%S +0000"),
+        }
+    }
     (RUN / "status.json").write_text(json.dumps(body))
     if state in ("done", "error"):
         (LIB / "data").mkdir(parents=True, exist_ok=True)
@@ -164,8 +170,10 @@ def stage_final(seed: Path, inst: Path) -> list[str]:
     scripts = sorted((inst / "scripts").glob("*")) if (inst / "scripts").exists() else []
     failed = [s.name for s in scripts if _run_script(s) != 0]
     if failed:
-        errors.append(f"('scripts_user', RuntimeError('Runparts: {len(failed)} failures ({','.join(failed)}) "
-                      f"in {len(scripts)} attempted commands'))")
+        errors.append(
+            f"('scripts_user', RuntimeError('Runparts: {len(failed)} failures ({','.join(failed)}) "
+            f"in {len(scripts)} attempted commands'))"
+        )
     (inst / "boot-finished").write_text(f"{time.time()} - v. {VERSION}\n")
     return errors
 
@@ -221,13 +229,14 @@ def status(argv: list[str]) -> int:
         time.sleep(0.25)
         cur = _current()
     if "--format" in argv and "json" in argv:
-        print(json.dumps({"status": cur["status"], "errors": cur.get("errors", []),
-                          "extended_status": cur["status"]}))
+        print(json.dumps({"status": cur["status"], "errors": cur.get("errors", []), "extended_status": cur["status"]}))
     else:
         print(f"status: {cur['status']}")
         if "--long" in argv:
-            print(f"extended_status: {cur['status']}\nlast_update: {cur.get('last_update', '')}\n"
-                  f"detail:\n{cur.get('datasource', '')}\nerrors: {cur.get('errors', [])}")
+            print(
+                f"extended_status: {cur['status']}\nlast_update: {cur.get('last_update', '')}\n"
+                f"detail:\n{cur.get('datasource', '')}\nerrors: {cur.get('errors', [])}"
+            )
     return 1 if cur["status"] == "error" else 0
 
 
@@ -257,8 +266,7 @@ def main(argv: list[str]) -> int:
         return boot()
     if cmd == "modules":
         return 0
-    print(f"usage: cloud-init [--version] {{init,modules,status,clean}} (simulated); got {argv}",
-          file=sys.stderr)
+    print(f"usage: cloud-init [--version] {{init,modules,status,clean}} (simulated); got {argv}", file=sys.stderr)
     return 2
 
 

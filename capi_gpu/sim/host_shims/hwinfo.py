@@ -24,8 +24,27 @@ PARTS_PATH = Path(os.environ.get("SIM_PARTS_PATH", "/run/sim/disk/partitions.jso
 
 LSBLK_DEFAULT = ["NAME", "MAJ:MIN", "RM", "SIZE", "RO", "TYPE", "MOUNTPOINTS"]
 LSBLK_KNOWN = {
-    "NAME", "KNAME", "PATH", "MAJ:MIN", "RM", "SIZE", "RO", "TYPE", "MOUNTPOINT", "MOUNTPOINTS", "WWN",
-    "MODEL", "SERIAL", "ROTA", "VENDOR", "HCTL", "FSTYPE", "PARTTYPENAME", "TRAN", "LABEL", "UUID",
+    "NAME",
+    "KNAME",
+    "PATH",
+    "MAJ:MIN",
+    "RM",
+    "SIZE",
+    "RO",
+    "TYPE",
+    "MOUNTPOINT",
+    "MOUNTPOINTS",
+    "WWN",
+    "MODEL",
+    "SERIAL",
+    "ROTA",
+    "VENDOR",
+    "HCTL",
+    "FSTYPE",
+    "PARTTYPENAME",
+    "TRAN",
+    "LABEL",
+    "UUID",
 }
 
 
@@ -54,19 +73,47 @@ def _rows(hw: dict[str, Any], parts: dict[str, Any]) -> list[dict[str, Any]]:
     for i, disk in enumerate(hw.get("disks", [])):
         children = []
         for j, part in enumerate(parts.get(disk["name"], []), start=1):
-            children.append({
-                "NAME": f"{disk['name']}p{j}", "MAJ:MIN": f"259:{i * 16 + j}", "RM": False, "RO": False,
-                "SIZE": part["size"], "TYPE": part.get("type", "part"), "FSTYPE": part.get("fstype"),
-                "PARTTYPENAME": part.get("parttypename", "Linux filesystem"), "WWN": disk.get("wwn"),
-                "MOUNTPOINT": None, "MODEL": None, "SERIAL": None, "ROTA": bool(disk.get("rota")),
-                "VENDOR": None, "HCTL": None, "TRAN": None,
-            })
-        rows.append({
-            "NAME": disk["name"], "MAJ:MIN": f"259:{i * 16}", "RM": False, "RO": False, "SIZE": disk["size"],
-            "TYPE": "disk", "WWN": disk.get("wwn"), "MODEL": disk.get("model"), "SERIAL": disk.get("serial"),
-            "ROTA": bool(disk.get("rota")), "VENDOR": None, "HCTL": None, "FSTYPE": None,
-            "PARTTYPENAME": None, "TRAN": "nvme", "MOUNTPOINT": None, "children": children,
-        })
+            children.append(
+                {
+                    "NAME": f"{disk['name']}p{j}",
+                    "MAJ:MIN": f"259:{i * 16 + j}",
+                    "RM": False,
+                    "RO": False,
+                    "SIZE": part["size"],
+                    "TYPE": part.get("type", "part"),
+                    "FSTYPE": part.get("fstype"),
+                    "PARTTYPENAME": part.get("parttypename", "Linux filesystem"),
+                    "WWN": disk.get("wwn"),
+                    "MOUNTPOINT": None,
+                    "MODEL": None,
+                    "SERIAL": None,
+                    "ROTA": bool(disk.get("rota")),
+                    "VENDOR": None,
+                    "HCTL": None,
+                    "TRAN": None,
+                }
+            )
+        rows.append(
+            {
+                "NAME": disk["name"],
+                "MAJ:MIN": f"259:{i * 16}",
+                "RM": False,
+                "RO": False,
+                "SIZE": disk["size"],
+                "TYPE": "disk",
+                "WWN": disk.get("wwn"),
+                "MODEL": disk.get("model"),
+                "SERIAL": disk.get("serial"),
+                "ROTA": bool(disk.get("rota")),
+                "VENDOR": None,
+                "HCTL": None,
+                "FSTYPE": None,
+                "PARTTYPENAME": None,
+                "TRAN": "nvme",
+                "MOUNTPOINT": None,
+                "children": children,
+            }
+        )
     return rows
 
 
@@ -92,8 +139,16 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-LONG_FLAGS = {"--json": "J", "--pairs": "P", "--list": "l", "--raw": "r", "--nodeps": "d",
-              "--noheadings": "n", "--bytes": "b", "--all": "a"}
+LONG_FLAGS = {
+    "--json": "J",
+    "--pairs": "P",
+    "--list": "l",
+    "--raw": "r",
+    "--nodeps": "d",
+    "--noheadings": "n",
+    "--bytes": "b",
+    "--all": "a",
+}
 
 
 def _dev_name(path: str) -> str:

@@ -81,8 +81,15 @@ def _size_mib(raw: str) -> str:
     return str(int(m.group(1)) * factor)
 
 
-SIMPLE_KEYS = {"SWRAID": "swraid", "SWRAIDLEVEL": "swraidlevel", "BOOTLOADER": "bootloader",
-               "HOSTNAME": "hostname", "IMAGE": "image", "GOVERNOR": "governor", "SSHKEYS_URL": "sshkeys_url"}
+SIMPLE_KEYS = {
+    "SWRAID": "swraid",
+    "SWRAIDLEVEL": "swraidlevel",
+    "BOOTLOADER": "bootloader",
+    "HOSTNAME": "hostname",
+    "IMAGE": "image",
+    "GOVERNOR": "governor",
+    "SSHKEYS_URL": "sshkeys_url",
+}
 
 
 def parse(text: str) -> Config:
@@ -157,8 +164,9 @@ def _validate_drives(cfg: Config) -> list[str]:
         if i > 1 and fmt not in ("0", "1"):
             raise ConfigError(f"ERROR: Value for FORMATDRIVE{i} is not correct")
         if i > 1 and fmt == "1" and cfg.swraid == "1":
-            raise ConfigError(f"ERROR: FORMATDRIVE{i} _AND_ SWRAID are active - use one or none of these "
-                              "options, not both")
+            raise ConfigError(
+                f"ERROR: FORMATDRIVE{i} _AND_ SWRAID are active - use one or none of these options, not both"
+            )
         if cfg.swraid == "1" or fmt == "1" or i == 1:
             name = resolve_drive(drive)
             if name is None:
@@ -177,14 +185,14 @@ def _validate_raid(cfg: Config) -> None:
         if count < need:
             raise ConfigError(f"ERROR: Not enough disks for RAID level {cfg.swraidlevel}")
         if cfg.swraidlevel in ("0", "5", "6", "10") and not any(p.mount == "/boot" for p in cfg.parts):
-            raise ConfigError("ERROR: You need a /boot partition when using software RAID level 0, 5, 6 "
-                              "or 10")
+            raise ConfigError("ERROR: You need a /boot partition when using software RAID level 0, 5, 6 or 10")
 
 
 def _check_part(i: int, part: Part, last: bool) -> None:
     if not re.match(r"^(/\w*|none$|swap$|lvm$|btrfs\.\w+)", part.mount):
-        raise ConfigError(f"ERROR: Mountpoint for partition {i} is not correct: '{part.mount}' is not a "
-                          "valid mountpoint")
+        raise ConfigError(
+            f"ERROR: Mountpoint for partition {i} is not correct: '{part.mount}' is not a valid mountpoint"
+        )
     if part.fs not in FILESYSTEMS and part.mount != "lvm":
         raise ConfigError(f"ERROR: Filesystem for partition {i} is not correct")
     if part.fs == "none" and part.mount != "none":
@@ -228,8 +236,10 @@ def validate(cfg: Config) -> list[str]:
     drive_mib = min(sizes[d] for d in used) // MIB - 1024 * sum(1 for p in cfg.parts if p.size == "all")
     parts_mib = sum(int(p.size) for p in cfg.parts if p.size != "all")
     if drive_mib < parts_mib:
-        raise ConfigError("ERROR: You are going to use more space than your drives have available.\n"
-                          f"Usage: {parts_mib} MiB of {drive_mib} MiB\nDiff: {drive_mib - parts_mib} MiB")
+        raise ConfigError(
+            "ERROR: You are going to use more space than your drives have available.\n"
+            f"Usage: {parts_mib} MiB of {drive_mib} MiB\nDiff: {drive_mib - parts_mib} MiB"
+        )
     if cfg.bootloader.lower() != "grub":
         raise ConfigError("ERROR: No valid BOOTLOADER")
     if cfg.governor.lower() not in ("powersave", "performance", "ondemand"):
@@ -253,8 +263,11 @@ def _record_partitions(cfg: Config, disks: list[str]) -> None:
         for part in cfg.parts:
             size = left if part.size == "all" else int(part.size) * MIB
             left -= size
-            fstype = "linux_raid_member" if cfg.swraid == "1" else (
-                "LVM2_member" if part.mount == "lvm" else part.fs if part.fs != "none" else None)
+            fstype = (
+                "linux_raid_member"
+                if cfg.swraid == "1"
+                else ("LVM2_member" if part.mount == "lvm" else part.fs if part.fs != "none" else None)
+            )
             rows.append({"size": size, "fstype": fstype, "mount": part.mount})
         table[name] = rows
     tmp = path.with_suffix(".tmp")
@@ -287,8 +300,10 @@ def _umount(hdd: Path) -> None:
 def _configure(cfg: Config, hdd: Path, keep_hostkeys: bool) -> None:
     (hdd / "etc" / "hostname").write_text(cfg.hostname + "\n")
     (hdd / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {cfg.hostname}\n::1 localhost\n")
-    (hdd / "etc" / "fstab").write_text("# written by installimage (simulated); partitions are not mounted\n" +
-                                       "".join(f"# PART {p.mount} {p.fs} {p.size}\n" for p in cfg.parts))
+    (hdd / "etc" / "fstab").write_text(
+        "# written by installimage (simulated); partitions are not mounted\n"
+        + "".join(f"# PART {p.mount} {p.fs} {p.size}\n" for p in cfg.parts)
+    )
     os.chmod(hdd / "root", 0o700)
     if keep_hostkeys:
         for key in Path("/etc/ssh").glob("ssh_host_*"):
@@ -307,8 +322,9 @@ def _post_install(script: Path, hdd: Path) -> None:
     target = hdd / "post-install"
     shutil.copyfile(script, target)
     os.chmod(target, 0o755)
-    proc = subprocess.run(["chroot", str(hdd), "/post-install"], capture_output=True, text=True, timeout=600,
-                          check=False)
+    proc = subprocess.run(
+        ["chroot", str(hdd), "/post-install"], capture_output=True, text=True, timeout=600, check=False
+    )
     debug("post-install output:\n" + proc.stdout + proc.stderr)
     sys.stdout.write(proc.stdout)
     target.unlink()
@@ -382,15 +398,22 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         debug(str(exc))
         print(str(exc), flush=True)
-        print("\n  An error occured while installing the new system!\n  See the debug file /root/debug.txt "
-              "for details.\n", file=sys.stderr, flush=True)
+        print(
+            "\n  An error occured while installing the new system!\n  See the debug file /root/debug.txt "
+            "for details.\n",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     except (OSError, subprocess.SubprocessError) as exc:
         debug(f"ERROR: {exc}")
         print(f"ERROR: {exc}", file=sys.stderr, flush=True)
         return 1
-    print("\n                  INSTALLATION COMPLETE\n   You can now reboot and log in to your new system "
-          "with\n   the same credentials as you used to log into the rescue system.\n", flush=True)
+    print(
+        "\n                  INSTALLATION COMPLETE\n   You can now reboot and log in to your new system "
+        "with\n   the same credentials as you used to log into the rescue system.\n",
+        flush=True,
+    )
     return 0
 
 

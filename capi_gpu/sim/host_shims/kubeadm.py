@@ -49,8 +49,7 @@ def _parse_flags(argv: list[str]) -> tuple[list[str], dict[str, str]]:
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
             if not eq:
-                boolean = name in ("force", "control-plane", "discovery-token-unsafe-skip-ca-verification",
-                                   "dry-run")
+                boolean = name in ("force", "control-plane", "discovery-token-unsafe-skip-ca-verification", "dry-run")
                 value = "true" if boolean else next(it, "")
             flags[name] = value
         elif arg.startswith("-") and len(arg) > 1:
@@ -116,10 +115,13 @@ def _from_flags(positional: list[str], flags: dict[str, str]) -> dict[str, Any]:
         "criSocket": flags.get("cri-socket"),
         "endpoint": positional[0] if positional else None,
         "discovery": _has_discovery(
-            {"token": flags.get("token") or flags.get("discovery-token"),
-             "caCertHashes": flags.get("discovery-token-ca-cert-hash"),
-             "unsafeSkipCAVerification": "discovery-token-unsafe-skip-ca-verification" in flags},
-            {"file": flags.get("discovery-file")}),
+            {
+                "token": flags.get("token") or flags.get("discovery-token"),
+                "caCertHashes": flags.get("discovery-token-ca-cert-hash"),
+                "unsafeSkipCAVerification": "discovery-token-unsafe-skip-ca-verification" in flags,
+            },
+            {"file": flags.get("discovery-file")},
+        ),
         "apiVersion": None,
     }
 
@@ -155,8 +157,10 @@ def join(positional: list[str], flags: dict[str, str]) -> int:
         raise KubeadmError('discovery: Invalid value: "": bootstrapToken or file must be set')
     ignored = {s.strip().lower() for s in flags.get("ignore-preflight-errors", "").split(",")}
     if KUBELET_CONF.exists() and not ({"all", "fileavailable--etc-kubernetes-kubelet.conf"} & ignored):
-        raise KubeadmError("[preflight] Some fatal errors occurred:\n\t[ERROR FileAvailable--etc-kubernetes-"
-                           "kubelet.conf]: /etc/kubernetes/kubelet.conf already exists")
+        raise KubeadmError(
+            "[preflight] Some fatal errors occurred:\n\t[ERROR FileAvailable--etc-kubernetes-"
+            "kubelet.conf]: /etc/kubernetes/kubelet.conf already exists"
+        )
     name = (spec["name"] or socket.gethostname()).lower()
     extra = spec["extra"]
     record = {
@@ -182,8 +186,10 @@ def join(positional: list[str], flags: dict[str, str]) -> int:
     if _writes_sentinel():
         SENTINEL.parent.mkdir(parents=True, exist_ok=True)
         SENTINEL.write_text("success\n")
-    print("This node has joined the cluster:\n* Certificate signing request was sent to apiserver and a "
-          "response was received.\n* The Kubelet was informed of the new secure connection details.")
+    print(
+        "This node has joined the cluster:\n* Certificate signing request was sent to apiserver and a "
+        "response was received.\n* The Kubelet was informed of the new secure connection details."
+    )
     return 0
 
 
@@ -205,8 +211,10 @@ def reset(flags: dict[str, str]) -> int:
         path.unlink(missing_ok=True)
     RESET_RECORD.parent.mkdir(parents=True, exist_ok=True)
     RESET_RECORD.write_text(json.dumps({"resetAt": time.time(), "previous": previous, "bootID": _boot_id()}))
-    print("[reset] Deleted contents of the etcd data directory: skipped (worker)\n[reset] The reset process "
-          "does not clean CNI configuration or iptables rules.")
+    print(
+        "[reset] Deleted contents of the etcd data directory: skipped (worker)\n[reset] The reset process "
+        "does not clean CNI configuration or iptables rules."
+    )
     return 0
 
 
@@ -215,8 +223,11 @@ def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else ""
     try:
         if cmd == "version":
-            print(VERSION if flags.get("o") == "short" or flags.get("output") == "short" else
-                  f'kubeadm version: &version.Info{{GitVersion:"{VERSION}"}}')
+            print(
+                VERSION
+                if flags.get("o") == "short" or flags.get("output") == "short"
+                else f'kubeadm version: &version.Info{{GitVersion:"{VERSION}"}}'
+            )
             return 0
         if cmd == "join":
             return join(positional, flags)
@@ -225,8 +236,7 @@ def main(argv: list[str]) -> int:
     except KubeadmError as exc:
         print(f"error execution phase: {exc}" if cmd == "join" else f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"kubeadm (simulated): unsupported command {cmd!r}; supported: join, reset, version",
-          file=sys.stderr)
+    print(f"kubeadm (simulated): unsupported command {cmd!r}; supported: join, reset, version", file=sys.stderr)
     return 1
 
 

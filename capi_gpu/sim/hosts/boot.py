@@ -37,8 +37,19 @@ EXIT_REBOOT = 129
 EXIT_POWEROFF = 130
 STOP_GRACE_S = 8.0
 DROPPED_CAPS = (
-    "sys_module", "sys_rawio", "sys_time", "bpf", "mknod", "mac_admin", "mac_override", "syslog",
-    "wake_alarm", "perfmon", "sys_pacct", "lease", "block_suspend",
+    "sys_module",
+    "sys_rawio",
+    "sys_time",
+    "bpf",
+    "mknod",
+    "mac_admin",
+    "mac_override",
+    "syslog",
+    "wake_alarm",
+    "perfmon",
+    "sys_pacct",
+    "lease",
+    "block_suspend",
 )
 
 
@@ -138,20 +149,33 @@ def launch(plan: BootPlan, inner: Path) -> subprocess.Popen[bytes]:
         d.mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "SIM_ROOT": str(plan.root), "SIM_LOWER": plan.lower, "SIM_UPPER": str(plan.upper),
-        "SIM_WORK": str(plan.work), "SIM_BOOT": str(plan.boot_dir), "SIM_HW": str(plan.hw_dir),
-        "SIM_MODE": plan.mode.value, "SIM_DROP_CAPS": " ".join(DROPPED_CAPS),
+        "SIM_ROOT": str(plan.root),
+        "SIM_LOWER": plan.lower,
+        "SIM_UPPER": str(plan.upper),
+        "SIM_WORK": str(plan.work),
+        "SIM_BOOT": str(plan.boot_dir),
+        "SIM_HW": str(plan.hw_dir),
+        "SIM_MODE": plan.mode.value,
+        "SIM_DROP_CAPS": " ".join(DROPPED_CAPS),
     }
     if plan.disk_dir is not None and plan.base is not None and plan.image_layer is not None:
-        env |= {"SIM_DISK_DIR": str(plan.disk_dir), "SIM_BASE": str(plan.base),
-                "SIM_IMAGE_LAYER": str(plan.image_layer)}
-    script = ('echo $$ > "$1/cgroup.procs" && exec nsenter --net=/run/netns/"$2" unshare --mount --uts '
-              '--ipc --pid --cgroup --fork --kill-child=SIGKILL --propagation private /bin/bash "$3"')
+        env |= {
+            "SIM_DISK_DIR": str(plan.disk_dir),
+            "SIM_BASE": str(plan.base),
+            "SIM_IMAGE_LAYER": str(plan.image_layer),
+        }
+    script = (
+        'echo $$ > "$1/cgroup.procs" && exec nsenter --net=/run/netns/"$2" unshare --mount --uts '
+        '--ipc --pid --cgroup --fork --kill-child=SIGKILL --propagation private /bin/bash "$3"'
+    )
     console = (plan.boot_dir / "console.log").open("ab")
     try:
         return subprocess.Popen(
             ["/bin/sh", "-c", script, "sh", str(cg), plan.netns, str(inner)],
-            env=env, stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
     finally:

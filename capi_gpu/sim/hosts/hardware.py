@@ -69,19 +69,40 @@ class Hardware:
         cls_name, cls, dev_name = GPU_NAMES.get(self.gpu_device_id, ("3D controller", "0302", "Device"))
         pci = [
             _pci("0000:00:00.0", "Host bridge", "0600", "8086", "09a2", "Intel Corporation", "Device", "20"),
-            {**_pci(self.gpu_slot, cls_name, cls, "10de", self.gpu_device_id, "NVIDIA Corporation", dev_name,
-                    "a1"), "lost": not self.gpu_on_bus},
+            {
+                **_pci(self.gpu_slot, cls_name, cls, "10de", self.gpu_device_id, "NVIDIA Corporation", dev_name, "a1"),
+                "lost": not self.gpu_on_bus,
+            },
             _pci("0000:01:00.1", "Audio device", "0403", "10de", "22e8", "NVIDIA Corporation", "Device", "a1"),
         ]
         for i, _ in enumerate(self.disks):
-            pci.append(_pci(f"0000:{2 + i:02x}:00.0", "Non-Volatile memory controller", "0108", "144d", "a80a",
-                            "Samsung Electronics Co Ltd", "NVMe SSD Controller PM9A1/PM9A3/980PRO", None))
-        pci.append(_pci("0000:10:00.0", "Ethernet controller", "0200", "8086", "1533", "Intel Corporation",
-                        "I210 Gigabit Network Connection", "03"))
+            pci.append(
+                _pci(
+                    f"0000:{2 + i:02x}:00.0",
+                    "Non-Volatile memory controller",
+                    "0108",
+                    "144d",
+                    "a80a",
+                    "Samsung Electronics Co Ltd",
+                    "NVMe SSD Controller PM9A1/PM9A3/980PRO",
+                    None,
+                )
+            )
+        pci.append(
+            _pci(
+                "0000:10:00.0",
+                "Ethernet controller",
+                "0200",
+                "8086",
+                "1533",
+                "Intel Corporation",
+                "I210 Gigabit Network Connection",
+                "03",
+            )
+        )
         return {
             "disks": [asdict(d) | {"rota": False} for d in self.disks],
-            "gpu": {"vendor": "10de", "device": self.gpu_device_id, "slot": self.gpu_slot,
-                    "on_bus": self.gpu_on_bus},
+            "gpu": {"vendor": "10de", "device": self.gpu_device_id, "slot": self.gpu_slot, "on_bus": self.gpu_on_bus},
             "pci": pci,
             "installimage_seconds": self.installimage_seconds,
             "kubeadm_writes_sentinel": self.kubeadm_writes_sentinel,
@@ -89,18 +110,26 @@ class Hardware:
         }
 
 
-def _pci(slot: str, class_name: str, cls: str, vendor: str, device: str, vendor_name: str, device_name: str,
-         rev: str | None) -> dict[str, Any]:
-    return {"slot": slot, "class_name": class_name, "class": cls, "vendor": vendor, "device": device,
-            "vendor_name": vendor_name, "device_name": device_name, "rev": rev}
+def _pci(
+    slot: str, class_name: str, cls: str, vendor: str, device: str, vendor_name: str, device_name: str, rev: str | None
+) -> dict[str, Any]:
+    return {
+        "slot": slot,
+        "class_name": class_name,
+        "class": cls,
+        "vendor": vendor,
+        "device": device,
+        "vendor_name": vendor_name,
+        "device_name": device_name,
+        "rev": rev,
+    }
 
 
 def gex131(server_number: int, gpu_device_id: str = DEFAULT_GPU_DEVICE_ID) -> Hardware:
     disks = []
     for i in range(2):
         digest = hashlib.sha256(f"gex131-{server_number}-nvme{i}".encode()).hexdigest()
-        disks.append(Disk(name=f"nvme{i}n1", wwn=f"eui.36344830{digest[:24]}",
-                          serial=f"S64F{digest[24:32].upper()}"))
+        disks.append(Disk(name=f"nvme{i}n1", wwn=f"eui.36344830{digest[:24]}", serial=f"S64F{digest[24:32].upper()}"))
     return Hardware(disks=tuple(disks), gpu_device_id=gpu_device_id)
 
 
@@ -109,10 +138,14 @@ def gpu_shim_config(hw: Hardware, server_number: int, lost: bool = False) -> dic
     hardware (PCI device id, a stable UUID and serial per server); the driver version stays the package's."""
     digest = hashlib.sha256(f"gex131-{server_number}-gpu".encode()).hexdigest()
     uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
-    return {"device_id": f"0x{hw.gpu_device_id.upper()}10DE", "uuid": uuid,
-            "name": SMI_NAMES.get(hw.gpu_device_id, "NVIDIA Graphics Device"),
-            "bus_id": f"0000{hw.gpu_slot}",  # nvidia-smi's 8-digit domain form: 00000000:01:00.0
-            "serial": str(1655025000000 + server_number % 1_000_000), "lost": lost}
+    return {
+        "device_id": f"0x{hw.gpu_device_id.upper()}10DE",
+        "uuid": uuid,
+        "name": SMI_NAMES.get(hw.gpu_device_id, "NVIDIA Graphics Device"),
+        "bus_id": f"0000{hw.gpu_slot}",  # nvidia-smi's 8-digit domain form: 00000000:01:00.0
+        "serial": str(1655025000000 + server_number % 1_000_000),
+        "lost": lost,
+    }
 
 
 def write(hw_dir: Path, hw: Hardware) -> None:

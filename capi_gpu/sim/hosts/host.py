@@ -15,9 +15,6 @@ A blank disk boots nothing. Faults: ``never_boot_again``, ``drop_ssh()``, ``set_
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import json
 import logging
 import queue
 import socket
@@ -29,26 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import assert_never
 
-from capi_gpu.sim.hosts import boot, cgroups, hardware, names, netns, targets, views
+from capi_gpu.sim.hosts import boot, cgroups, guest, hardware, names, netns, targets, views
+from capi_gpu.sim.hosts.targets import Running, State
+
+__all__ = ["BootRecord", "Host", "HostConfig", "Resolver", "Running", "State"]
 
 log = logging.getLogger(__name__)
 
 Resolver = Callable[["Host"], targets.BootTarget]
 TICK_S = 0.02
-
-
-class State(enum.StrEnum):
-    OFF = "off"
-    DOWN = "down"  # resetting: dark until the scheduled boot
-    BOOTING = "booting"
-    UP = "up"  # sshd answers on port 22
-
-
-class Running(enum.StrEnum):
-    NOTHING = "nothing"
-    RESCUE = "rescue"
-    INSTALLED = "installed"  # an OS installed by installimage
-    PREVIOUS = "previous"  # the OS the server came with
 
 
 @dataclass
@@ -96,7 +82,7 @@ _Command = _Reset | _PowerOn | _PowerOff | _Close
 
 
 @dataclass
-class Host:
+class Host(guest.GuestSide):
     hn: names.HostNames
     server_number: int
     state_dir: Path
@@ -120,32 +106,6 @@ class Host:
         self._closing = False
 
     # -- layout ---------------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self.hn.key
-
-    @property
-    def guest_ip(self) -> str:
-        return self.hn.guest_ip
-
-    @property
-    def disk_dir(self) -> Path:
-        return self.state_dir / "disk"
-
-    @property
-    def hw_dir(self) -> Path:
-        return self.state_dir / "hw"
-
-    @property
-    def firmware_dir(self) -> Path:
-        """A per-host lower layer under the installed OS: the GPU shim's identity of this host's GPU."""
-        return self.state_dir / "firmware"
-
-    def _write_firmware(self, lost: bool = False) -> None:
-        path = self.firmware_dir / "var" / "lib" / "gpu-shim" / "config.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(hardware.gpu_shim_config(self.hw, self.server_number, lost), indent=1))
-
     def create(self) -> None:
         """Network, directories, hardware description, the previous OS; starts the supervisor."""
         for d in (self.disk_dir, self.state_dir / "rescue", self.state_dir / "boots", self.state_dir / "mnt"):
@@ -188,8 +148,9 @@ class Host:
     @property
     def running(self) -> Running:
         with self._lock:
-            return self.boots[-1].running if self.boots and self._state in (State.BOOTING, State.UP) \
-                else Running.NOTHING
+            return (
+                self.boots[-1].running if self.boots and self._state in (State.BOOTING, State.UP) else Running.NOTHING
+            )
 
     @property
     def boot_id(self) -> str | None:
@@ -224,91 +185,6 @@ class Host:
     def boot_count(self) -> int:
         with self._lock:
             return self.boots[-1].count if self.boots else 0
-
-    def guest_path(self, path: str) -> Path:
-        """Where a guest path is visible from the test machine now (live root, else the disk's upper)."""
-        pid = self.init_pid()
-        if pid is not None:
-            return Path(f"/proc/{pid}/root") / path.lstrip("/")
-        return self.disk_dir / "upper" / path.lstrip("/")
-
-    def read_file(self, path: str) -> bytes | None:
-        try:
-            return self.guest_path(path).read_bytes()
-        except OSError:
-            return None
-
-    def exec(
-        self, argv: list[str], timeout: float = 30.0, stdin: bytes | None = None
-    ) -> subprocess.CompletedProcess[bytes]:
-        """Run a command inside the running guest (all its namespaces, its root)."""
-        pid = self.init_pid()
-        if pid is None:
-            raise RuntimeError(f"{self.name} is not running")
-        cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--",
-               "/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME=/root", *argv]
-        return subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, check=False)
-
-    def rss_bytes(self) -> int:
-        total = 0
-        for pid in cgroups.pids(cgroups.path_for(self.hn.cgroup_name)):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                continue
-        return total
-
-    # -- faults ---------------------------------------------------------------------------------
-    def drop_ssh(self, listener: bool = False) -> int:
-        """Kill sshd session processes (and the listener too if asked); returns how many."""
-        killed = 0
-        for pid in cgroups.pids(cgroups.path_for(self.hn.cgroup_name)):
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if comm != "sshd" or ("[listener]" in cmdline and not listener):
-                continue
-            subprocess.run(["kill", "-9", str(pid)], check=False, timeout=5)
-            killed += 1
-        return killed
-
-    def set_hardware(self, hw: hardware.Hardware) -> None:
-        self.hw = hw
-        hardware.write(self.hw_dir, hw)
-
-    def gpu_fall_off_bus(self, until_reboot: bool = True) -> None:
-        """The GPU drops off the bus: nvidia-smi says "GPU is lost", lspci shows ``rev ff``. Until the next
-        reboot (the GPU shim's ``/run/gpu-shim/lost``), or for good (hardware + shim ``lost`` knob)."""
-        if until_reboot:
-            marker = self.guest_path("/run/gpu-shim/lost")
-            if self.init_pid() is None:
-                raise RuntimeError(f"{self.name}: not running; a fault until reboot needs a running OS")
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text("lost\n")
-            return
-        self.set_hardware(dataclasses.replace(self.hw, gpu_on_bus=False))
-        self._set_shim_lost(True)
-
-    def gpu_back_on_bus(self) -> None:
-        self.set_hardware(dataclasses.replace(self.hw, gpu_on_bus=True))
-        self._set_shim_lost(False)
-        if self.init_pid() is not None:
-            self.guest_path("/run/gpu-shim/lost").unlink(missing_ok=True)
-
-    def _set_shim_lost(self, lost: bool) -> None:
-        self._write_firmware(lost)
-        if self.init_pid() is not None and self.running is not Running.RESCUE:
-            live = self.guest_path("/var/lib/gpu-shim/config.json")
-            live.parent.mkdir(parents=True, exist_ok=True)
-            live.write_text(json.dumps(hardware.gpu_shim_config(self.hw, self.server_number, lost), indent=1))
-
-    def set_smart(self, disk: str, healthy: bool) -> None:
-        self.set_hardware(self.hw.with_smart(disk, "PASSED" if healthy else "FAILED"))
 
     # -- supervisor -----------------------------------------------------------------------------
     def _set(self, state: State) -> None:
@@ -415,9 +291,20 @@ class Host:
         if isinstance(target, targets.RescueBoot):
             upper, work = self.state_dir / "rescue" / "upper", self.state_dir / "rescue" / "work"
             views.prepare_rescue(upper, work, boot_dir, target)
-            plan = boot.BootPlan(boot.Mode.RESCUE, self.hn.netns, self.hn.cgroup_name, self.state_dir / "mnt",
-                                 f"{rescue_layer}:{self.base}", upper, work, boot_dir, self.hw_dir,
-                                 disk_dir=self.disk_dir, base=self.base, image_layer=image_layer)
+            plan = boot.BootPlan(
+                boot.Mode.RESCUE,
+                self.hn.netns,
+                self.hn.cgroup_name,
+                self.state_dir / "mnt",
+                f"{rescue_layer}:{self.base}",
+                upper,
+                work,
+                boot_dir,
+                self.hw_dir,
+                disk_dir=self.disk_dir,
+                base=self.base,
+                image_layer=image_layer,
+            )
             running = Running.RESCUE
         else:
             info = views.installed(self.disk_dir)
@@ -425,10 +312,17 @@ class Host:
                 log.info("host %s: blank disk, nothing to boot", self.name)
                 self._set(State.OFF)
                 return
-            plan = boot.BootPlan(boot.Mode.SYSTEMD, self.hn.netns, self.hn.cgroup_name, self.state_dir / "mnt",
-                                 f"{self.firmware_dir}:{image_layer}:{self.base}", self.disk_dir / "upper",
-                                 self.disk_dir / "work",
-                                 boot_dir, self.hw_dir)
+            plan = boot.BootPlan(
+                boot.Mode.SYSTEMD,
+                self.hn.netns,
+                self.hn.cgroup_name,
+                self.state_dir / "mnt",
+                f"{self.firmware_dir}:{image_layer}:{self.base}",
+                self.disk_dir / "upper",
+                self.disk_dir / "work",
+                boot_dir,
+                self.hw_dir,
+            )
             running = Running.PREVIOUS if info.get("previous") else Running.INSTALLED
         self._mode = plan.mode
         self._proc = boot.launch(plan, self.inner)

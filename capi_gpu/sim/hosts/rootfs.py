@@ -189,8 +189,7 @@ def _postprocess(root: Path) -> None:
     (root / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     # No root password ("*", not the locked "!": sshd refuses key logins to locked accounts); the rescue
     # view sets one when Robot generated it.
-    subprocess.run(["chroot", str(root), "usermod", "-p", "*", "root"], check=True, timeout=30,
-                   capture_output=True)
+    subprocess.run(["chroot", str(root), "usermod", "-p", "*", "root"], check=True, timeout=30, capture_output=True)
 
 
 def _remove_tree(path: Path) -> None:

@@ -7,6 +7,7 @@ machinery. ``RescueBoot`` holds secrets (password, private host keys): its repr 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 
@@ -26,3 +27,17 @@ class DiskBoot:
 
 
 BootTarget = RescueBoot | DiskBoot
+
+
+class State(enum.StrEnum):
+    OFF = "off"
+    DOWN = "down"  # resetting: dark until the scheduled boot
+    BOOTING = "booting"
+    UP = "up"  # sshd answers on port 22
+
+
+class Running(enum.StrEnum):
+    NOTHING = "nothing"
+    RESCUE = "rescue"
+    INSTALLED = "installed"  # an OS installed by installimage
+    PREVIOUS = "previous"  # the OS the server came with

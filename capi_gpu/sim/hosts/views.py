@@ -122,7 +122,8 @@ def prepare_rescue(upper: Path, work: Path, boot_dir: Path, boot: targets.Rescue
     if not key_lines:
         raise ValueError("a rescue boot needs at least one host key (Robot generates them)")
     (etc / "ssh" / "sshd_config").write_text(
-        SSHD_RESCUE.format(host_keys="\n".join(key_lines), password="yes" if boot.password else "no"))
+        SSHD_RESCUE.format(host_keys="\n".join(key_lines), password="yes" if boot.password else "no")
+    )
     dot_ssh = upper / "root" / ".ssh"
     dot_ssh.mkdir(parents=True, mode=0o700)
     os.chmod(upper / "root", 0o700)
@@ -144,11 +145,29 @@ def install_previous_os(disk_dir: Path, hw: hardware.Hardware, hostname: str) ->
     (etc / "ssh").mkdir(parents=True)
     (etc / "hostname").write_text(hostname + "\n")
     (etc / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {hostname}\n")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{hostname}",
-                    "-f", str(etc / "ssh" / "ssh_host_ed25519_key")], check=True, timeout=30)
+    subprocess.run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            f"root@{hostname}",
+            "-f",
+            str(etc / "ssh" / "ssh_host_ed25519_key"),
+        ],
+        check=True,
+        timeout=30,
+    )
     first = hw.disks[0]
-    parts = {first.name: [{"size": 1024 * 1024 * 1024, "fstype": "ext4", "mount": "/boot"},
-                          {"size": first.size - 1024 ** 3 - 1024 ** 2, "fstype": "ext4", "mount": "/"}]}
+    parts = {
+        first.name: [
+            {"size": 1024 * 1024 * 1024, "fstype": "ext4", "mount": "/boot"},
+            {"size": first.size - 1024**3 - 1024**2, "fstype": "ext4", "mount": "/"},
+        ]
+    }
     (disk_dir / "partitions.json").write_text(json.dumps(parts, indent=1))
     (disk_dir / "installed.json").write_text(json.dumps({"hostname": hostname, "previous": True}))
 
