@@ -8,17 +8,15 @@ on a wake-up event (a claim by the machine controller) or the decision's requeue
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
 from capi_gpu import domain, metrics
 from capi_gpu.api.host import HetznerGPUHost, HostState
-from capi_gpu.controllers import events, host_actions, host_probes
+from capi_gpu.controllers import events, host_actions, host_probes, loops
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
-from capi_gpu.kube import KubeError, NotFound, Obj
+from capi_gpu.kube import Obj
 from capi_gpu.provisioning import host_conditions, outcomes, states
 from capi_gpu.provisioning.model import Decision, Observations
 
@@ -76,6 +74,8 @@ async def _write(
     changed = {k: v for k, v in labels.items() if current.get(k) != v and not (v is None and k not in current)}
     if changed:
         await deps.kube.patch(HOSTS, name, {"metadata": {"labels": changed}}, ns)
+    if host.spec.consumer_ref is not None and (old_state, old_step) != (status.state, status.step):
+        deps.wakeups.wake("machine", host.spec.consumer_ref.namespace or ns, host.spec.consumer_ref.name)
     key = (ns, name)
     if status.state in states.PIPELINE_STATES:
         deps.provisioning.add(key)
@@ -152,25 +152,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
 
 
 async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:
-    """The daemon body: reconcile until the host is deleted or the daemon is stopped."""
-    wake = deps.wakeups.event("host", namespace, name)
-    failures = 0
-    while not stopped:
-        try:
-            delay = await reconcile(deps, namespace, name)
-            failures = 0
-        except (KubeError, OSError) as exc:
-            if isinstance(exc, NotFound):
-                return
-            failures += 1
-            delay = min(300.0, 2.0**failures)
-            log.warning("host %s/%s: reconcile failed (%s); retry in %.0fs", namespace, name, exc, delay)
-        if delay is None:
-            return
-        wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=max(0.2, delay))
-    deps.provisioning.discard((namespace, name))
+    await loops.run("host", reconcile, deps, namespace, name, stopped)
 
 
 def state_of(obj: Obj) -> HostState:

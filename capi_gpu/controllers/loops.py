@@ -1,0 +1,44 @@
+"""The shape every per-object daemon shares: reconcile, then sleep until woken or the requeue time.
+
+A reconcile returns the seconds until the next pass (None: the object is gone). API errors back off
+exponentially; a wake-up (another controller changed something this object waits on) cuts the sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from capi_gpu.controllers.deps import Deps
+from capi_gpu.kube import KubeError, NotFound
+
+log = logging.getLogger(__name__)
+
+Reconcile = Callable[[Deps, str, str], Awaitable[float | None]]
+
+
+async def run(kind: str, reconcile: Reconcile, deps: Deps, namespace: str, name: str, stopped: Any) -> None:
+    wake = deps.wakeups.event(kind, namespace, name)
+    failures = 0
+    try:
+        while not stopped:
+            try:
+                delay = await reconcile(deps, namespace, name)
+                failures = 0
+            except NotFound:
+                return
+            except (KubeError, OSError) as exc:
+                failures += 1
+                delay = min(300.0, 2.0**failures)
+                log.warning("%s %s/%s: reconcile failed (%s); retry in %.0fs", kind, namespace, name, exc, delay)
+            if delay is None:
+                return
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=max(0.2, delay))
+    finally:
+        deps.wakeups.forget(kind, namespace, name)
+        deps.provisioning.discard((namespace, name))
