@@ -118,10 +118,12 @@ def parse_gpu(
         memory_mib=query.memory_total_mib or 0,
         mig_enabled=query.mig_current is nvidia_smi.MigMode.ENABLED,
     )
+    migs: list[MigFacts] = []
+    if not facts.mig_enabled:
+        return facts, migs
     listed = nvidia_smi.parse_list(list_text)
     uuids = {m.device_index: m.uuid for m in listed[0].mig_devices} if listed else {}
     gis = {g.instance_id: g for g in nvidia_smi.parse_lgi(lgi_text)}
-    migs = []
     for dev in report.gpus[0].mig_devices if report.gpus else ():
         gi = gis.get(dev.gpu_instance_id)
         if gi is None:

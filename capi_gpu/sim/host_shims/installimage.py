@@ -140,8 +140,8 @@ def _validate_image(image: str) -> None:
     arch = re.sub(r".*-(32|64|i386|amd64|arm64)-.*", r"\1", name)
     if "-" in arch:
         raise ConfigError("ERROR: can not determine image arch from filename")
-    if arch == "arm64":
-        raise ConfigError("ERROR: can not install an arm64 image on a x86_64 system")
+    if arch not in ("amd64", "64", "32", "i386", "x86_64"):  # img_arch_matches_sysarch
+        raise ConfigError(f"ERROR: can not install an {arch} image on a x86_64 system")
     if image.startswith("/") and not Path(image).is_file():
         raise ConfigError(f"ERROR: Image file {image} not found")
 
