@@ -61,7 +61,10 @@ def test_a_good_config_uses_both_raid_disks() -> None:
         ({"SWRAID": "2"}, "ERROR: Value for SWRAID is not correct"),
         ({"SWRAIDLEVEL": "4"}, "ERROR: Value for SWRAIDLEVEL is not correct"),
         ({"SWRAIDLEVEL": "5"}, "ERROR: Not enough disks for RAID level 5"),
-        ({"SWRAIDLEVEL": "0", "PARTS": "PART / ext4 all"}, "ERROR: You need a /boot partition when using software RAID level 0"),
+        (
+            {"SWRAIDLEVEL": "0", "PARTS": "PART / ext4 all"},
+            "ERROR: You need a /boot partition when using software RAID level 0",
+        ),
         (
             {"PARTS": "PART / ext4 all\nPART /var ext4 all"},
             'ERROR: Partition size "all" has to be on the last partition',
