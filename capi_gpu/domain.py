@@ -35,6 +35,9 @@ MOVE_HIERARCHY_LABEL: Final = "clusterctl.cluster.x-k8s.io/move-hierarchy"
 CA_MIN_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 CA_MAX_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 CA_CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+# Per node group: how long a scale-up may take before CA gives up on it (15 m default; bare metal needs
+# far more: installimage, reboots, driver and MIG layout).
+CA_MAX_NODE_PROVISION_TIME_ANNOTATION: Final = "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime"
 CA_ACCELERATOR_LABEL: Final = "cluster-api/accelerator"
 BOOTSTRAP_SENTINEL: Final = "/run/cluster-api/bootstrap-success.complete"
 
