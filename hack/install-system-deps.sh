@@ -4,10 +4,9 @@
 # Why each one:
 #   debootstrap      builds the cached bookworm minbase tree the simulated GEX131 hosts boot from
 #   iproute2         ip netns / veth / addresses for each host's private /30
-#   util-linux       nsenter, unshare, setpriv, mount (boot of a host into its own namespaces)
+#   util-linux       nsenter, unshare, setpriv (boot of a host into its own namespaces)
+#   mount            mount/umount (overlay views, lazy unmounts in the stale sweep)
 #   openssh-client   ssh-keygen for host keys, ssh-agent for ansible-runner's ssh_key=
-#   procps           ps/pkill-free process inspection used by the fleet's stale-cleanup checks
-#   kmod             (no module loading from guests; only to let `ip` auto-load veth/overlay on demand)
 #
 # openssh-server is deliberately NOT installed here: sshd runs from the guest root filesystem
 # (debootstrap --include=openssh-server), so the test machine never gets a listener on 0.0.0.0:22.
@@ -15,7 +14,7 @@
 # Idempotent: re-running installs nothing when everything is present. Needs root.
 set -euo pipefail
 
-PKGS=(debootstrap iproute2 util-linux openssh-client procps kmod)
+PKGS=(debootstrap iproute2 util-linux mount openssh-client)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "install-system-deps: needs root (apt-get)" >&2

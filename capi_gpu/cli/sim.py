@@ -26,6 +26,7 @@ from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from capi_gpu.sim.hosts import names, registry
 
 DOWN_WAIT_S = 30.0
+BOOT_WAIT_S = 60.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,6 +78,8 @@ def run_up(args: argparse.Namespace) -> int:
         host=HostConfig(reset_seconds=args.reset_seconds),
     )
     with RobotSim(compression=args.compression) as robot, Fleet(config, robot=robot) as fleet:
+        for host in fleet.hosts.values():
+            host.wait_up(BOOT_WAIT_S)  # the previous OS; a host that stays dark is reported as such
         pidfile = args.state_dir / f"sim-up-{fleet.slot}.json"
         doc = {
             "pid": os.getpid(),

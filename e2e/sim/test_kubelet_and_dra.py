@@ -171,6 +171,11 @@ def test_published_slices_match_the_layout_and_the_fault_knobs(
 
         pub.stop()
         assert workload_kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={name}") == []
+
+        host.gpu_fall_off_bus()  # until the next reboot
+        lost = host.exec(["nvidia-smi", "-L"])
+        assert lost.returncode == 15 and b"GPU is lost" in lost.stdout + lost.stderr
+        assert b"(rev ff)" in host.exec(["lspci", "-nn"]).stdout
     finally:
         kubelet.stop()
     assert workload_kube.get_or_none(NODES, name) is None
