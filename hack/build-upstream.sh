@@ -2,12 +2,13 @@
 # Builds the pinned upstream binaries the tests and `capi-gpu dev up` run against, into a cache
 # outside the repository keyed by version. Idempotent: a component whose stamp file exists is reused.
 #
-#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize]...
+#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl]...
 #
 # Layout:  $CAPI_GPU_CACHE/bin/k8s-<ver>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
 #          $CAPI_GPU_CACHE/bin/kine-<ver>/kine
 #          $CAPI_GPU_CACHE/bin/capi-<ver>/{cluster-api-manager,crds/*.yaml}
 #          $CAPI_GPU_CACHE/bin/kustomize-<ver>/kustomize
+#          $CAPI_GPU_CACHE/bin/clusterctl-<capi ver>/clusterctl
 # KUBEBUILDER_ASSETS, when set, supplies kube-apiserver (and kubectl) instead of building them.
 set -euo pipefail
 
@@ -119,12 +120,29 @@ build_kustomize() {
   log "kustomize $KUSTOMIZE_VERSION: built into $out"
 }
 
+build_clusterctl() { # the same CAPI module as the manager; tests run `generate cluster` with it, offline
+  local out=$BIN/clusterctl-$CAPI_VERSION
+  if [ -f "$out/.done" ]; then log "clusterctl $CAPI_VERSION: cached in $out"; return; fi
+  need_go
+  step="clusterctl: wrapper module (api submodule pinned to $CAPI_VERSION)"; log "$step"
+  wrapper "$WORK/clusterctl-$CAPI_VERSION"
+  go mod edit -replace="sigs.k8s.io/cluster-api/api=sigs.k8s.io/cluster-api/api@$CAPI_VERSION"
+  step="clusterctl: go get sigs.k8s.io/cluster-api@$CAPI_VERSION"; log "$step"
+  go get "sigs.k8s.io/cluster-api@$CAPI_VERSION"
+  step="clusterctl: go build"; log "$step"
+  mkdir -p "$out.tmp"
+  go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION" -o "$out.tmp/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "clusterctl $CAPI_VERSION: built into $out"
+}
+
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_kine; build_kustomize; build_capi; build_k8s ;;
+    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s ;;
     k8s) build_k8s ;; kine) build_kine ;; capi) build_capi ;; kustomize) build_kustomize ;;
-    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize)" >&2; exit 2 ;;
+    clusterctl) build_clusterctl ;;
+    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl)" >&2; exit 2 ;;
   esac
 done
 step=""

@@ -1,0 +1,102 @@
+# capi-gpu: `make check` is what CI runs. Tools come from .venv (created on first use) and from the
+# pinned upstream builds under ~/.cache/capi-gpu (hack/build-upstream.sh, versions in hack/versions.env).
+#
+#   make check               lint + CRDs up to date + every test tier
+#   make release-manifests   out/: infrastructure-components.yaml, metadata.yaml, cluster-template*.yaml
+#   make dev / dev-down      a local management cluster with simulated GEX131 hosts
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+include hack/versions.env
+
+PYTHON_BOOTSTRAP ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST ?= .venv/bin/python -m pytest
+CACHE ?= $(or $(CAPI_GPU_CACHE),$(HOME)/.cache/capi-gpu)
+KUSTOMIZE ?= $(CACHE)/bin/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+# config/crd lists the generated CRDs in ../../crds, outside its root: kustomize's default load
+# restrictor refuses that (see config/crd/kustomization.yaml).
+KUSTOMIZE_BUILD = $(KUSTOMIZE) build --load-restrictor LoadRestrictionsNone
+OUT ?= out
+IMG ?= ghcr.io/capi-gpu/capi-gpu:dev
+# The image name config/manager/kustomization.yaml sets; IMG replaces it in release builds.
+IMG_BASE := ghcr.io/capi-gpu/capi-gpu
+
+.PHONY: help
+help: ## this list
+	@grep -hE '^[a-z-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
+
+# --- environment ---------------------------------------------------------------------------------
+
+# Created when missing; `make venv` reinstalls into an existing one.
+$(PY):
+	$(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+
+.PHONY: venv
+venv: ## create .venv (if missing) and install .[dev] into it
+	[ -x $(PY) ] || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+
+.PHONY: upstream
+upstream: ## build the pinned kube-apiserver, scheduler, kcm, kubectl, kine, CAPI, kustomize
+	bash hack/build-upstream.sh all
+
+$(KUSTOMIZE):
+	bash hack/build-upstream.sh kustomize
+
+# --- checks --------------------------------------------------------------------------------------
+
+.PHONY: check
+check: lint crds-check test ## everything CI runs
+
+.PHONY: lint
+lint: $(PY) ## ruff, ruff format, mypy --strict, import-linter, ansible-lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict capi_gpu
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ansible-lint --profile production playbooks/
+
+.PHONY: test
+test: $(PY) ## every test tier (unit, integration, e2e); binaries are built when missing
+	$(PYTEST) tests e2e
+
+.PHONY: crds
+crds: $(PY) ## regenerate crds/ from the pydantic models
+	$(VENV)/bin/capi-gpu crds
+
+.PHONY: crds-check
+crds-check: $(PY) ## fail when crds/ differs from the models
+	$(VENV)/bin/capi-gpu crds --check
+
+# --- release -------------------------------------------------------------------------------------
+
+# clusterctl's release assets. The image is set through a throw-away overlay (kustomize edit on a
+# copy, never on config/), so `make release-manifests IMG=ghcr.io/capi-gpu/capi-gpu:v0.1.0` leaves the
+# tree clean.
+.PHONY: release-manifests
+release-manifests: $(KUSTOMIZE) ## out/infrastructure-components.yaml, metadata.yaml, cluster templates
+	rm -rf $(OUT)/.overlay && mkdir -p $(OUT)/.overlay
+	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n' \
+	  "$$(realpath -m --relative-to=$(OUT)/.overlay config/default)" > $(OUT)/.overlay/kustomization.yaml
+	cd $(OUT)/.overlay && $(abspath $(KUSTOMIZE)) edit set image $(IMG_BASE)=$(IMG)
+	$(KUSTOMIZE_BUILD) $(OUT)/.overlay > $(OUT)/infrastructure-components.yaml
+	rm -rf $(OUT)/.overlay
+	cp config/clusterctl/metadata.yaml config/clusterctl/cluster-template*.yaml $(OUT)/
+	@ls -1 $(OUT)
+
+# --- local development ---------------------------------------------------------------------------
+
+.PHONY: dev
+dev: $(PY) ## start the local management cluster + simulated fleet (capi-gpu dev up)
+	$(VENV)/bin/capi-gpu dev up
+
+.PHONY: dev-down
+dev-down: $(PY) ## stop it (capi-gpu dev down)
+	$(VENV)/bin/capi-gpu dev down
