@@ -60,8 +60,9 @@ class RobotClients:
         if cached is not None:
             await cached[1].aclose()
         client = RobotClient(user, password, base_url=base, share=self.settings.robot_share)
-        # New credentials for an account whose circuit a 401 opened: let calls through again.
-        client.account.reset_credentials(fingerprint)
+        if cached is not None or client.account.circuit_open:
+            # The Secret changed: close a circuit a 401 opened (it stays open for the same credentials).
+            client.account.reset_credentials(client.credentials_fingerprint)
         self._clients[key] = (fingerprint, client)
         return client
 

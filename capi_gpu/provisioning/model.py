@@ -199,20 +199,23 @@ class Decision:
     probes: frozenset[Probe] = field(default_factory=frozenset)
 
 
+_COUNTS = frozenset({"max_retries", "max_mig_reboots"})
+
+
 @dataclass(frozen=True)
 class Timing:
     """Timeouts in seconds; defaults from CAPH (GPU servers boot slowly, so they are not shorter)."""
 
-    ssh_reboot: float = 8 * 60  # SSH reboot -> escalate to Robot sw
-    reset_sw: float = 10 * 60  # sw -> escalate to hw
-    reset_hw: float = 10 * 60  # hw -> error
-    refused_grace: float = 10 * 60  # connection refused after a boot, before it counts as failure
-    reboot_debounce: float = 15  # never re-trigger sooner
-    install: float = 40 * 60
-    bootstrap: float = 20 * 60
-    poll: float = 10  # how often a waiting step looks again
-    error_backoff_base: float = 60
-    error_backoff_cap: float = 8 * 3600
+    ssh_reboot: float = 8 * 60.0  # SSH reboot -> escalate to Robot sw
+    reset_sw: float = 10 * 60.0  # sw -> escalate to hw
+    reset_hw: float = 10 * 60.0  # hw -> error
+    refused_grace: float = 10 * 60.0  # connection refused after a boot, before it counts as failure
+    reboot_debounce: float = 15.0  # never re-trigger sooner
+    install: float = 40 * 60.0
+    bootstrap: float = 20 * 60.0
+    poll: float = 10.0  # how often a waiting step looks again
+    error_backoff_base: float = 60.0
+    error_backoff_cap: float = 8 * 3600.0
     max_retries: int = 3  # retryable failures before the error becomes permanent
     max_mig_reboots: int = 1
 
@@ -220,7 +223,7 @@ class Timing:
         """All durations divided by ``factor`` (tests and the time-compressed simulator)."""
         if factor <= 0:
             raise ValueError("factor must be positive")
-        kw: dict[str, Any] = {k: v / factor for k, v in self.__dict__.items() if isinstance(v, float)}
+        kw: dict[str, Any] = {k: float(v) / factor for k, v in self.__dict__.items() if k not in _COUNTS}
         return replace(self, **kw)
 
     def backoff(self, error_count: int) -> timedelta:

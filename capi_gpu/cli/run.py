@@ -1,0 +1,84 @@
+"""`capi-gpu run`: the operator. Flags map onto ``Settings``; kopf does the watching."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from capi_gpu.cli import EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="run the operator")
+    p.add_argument("--kubeconfig", help="management cluster kubeconfig (in-cluster config when unset)")
+    p.add_argument("--namespace", default="", help="watch only this namespace (empty: all)")
+    p.add_argument("--watch-filter", default="", help="only objects labelled cluster.x-k8s.io/watch-filter=VALUE")
+    p.add_argument("--robot-url", default="", help="Robot webservice URL for every host (simulator)")
+    p.add_argument("--robot-share", type=float, default=1.0, help="share of the Robot account budget (0-1]")
+    p.add_argument("--timing-scale", type=float, default=1.0, help="divide provisioning timeouts (simulator only)")
+    p.add_argument("--provisioning-limit", type=int, default=20, help="hosts inspecting/provisioning at once")
+    p.add_argument("--artifacts-dir", type=Path, default=Path("/var/lib/capi-gpu/artifacts"))
+    p.add_argument("--playbook-vars", type=Path, help="YAML of PlaybookVars overrides (package mirrors)")
+    p.add_argument("--peering", default="", help="kopf peering name for HA (replicas with distinct --priority)")
+    p.add_argument("--priority", type=int, default=0, help="kopf peering priority")
+    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
+    p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0: off)")
+    p.add_argument("--metrics-address", default="0.0.0.0")
+    p.add_argument("--no-gate", action="store_true", help="don't run the readiness gate")
+    p.add_argument("--claim-scaler", action="store_true", help="run the claim-aware scaler")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+    from prometheus_client import start_http_server
+
+    from capi_gpu.controllers import handlers
+    from capi_gpu.controllers.deps import Deps, RobotClients
+    from capi_gpu.controllers.settings import Settings
+    from capi_gpu.kube import AsyncKube, Kube
+    from capi_gpu.provisioning.ansible import AnsibleRunner
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(
+        namespace=args.namespace or None, watch_filter=args.watch_filter or None, robot_url=args.robot_url or None,
+        robot_share=args.robot_share, timing_scale=args.timing_scale, provisioning_limit=args.provisioning_limit,
+        artifacts_dir=args.artifacts_dir, playbook_overrides=Settings.load_overrides(args.playbook_vars),
+        gate=not args.no_gate, claim_scaler=args.claim_scaler,
+    )
+
+    def make_deps() -> Deps:
+        kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig))
+        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir)
+        return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings))
+
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings, make_deps)
+    if args.kubeconfig:
+        import os
+
+        os.environ["KUBECONFIG"] = args.kubeconfig
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if args.kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+    asyncio.run(kopf.operator(
+        registry=registry,
+        clusterwide=settings.namespace is None,
+        namespaces=[settings.namespace] if settings.namespace else [],
+        standalone=not args.peering,
+        peering_name=args.peering or None,
+        priority=args.priority,
+        liveness_endpoint=args.liveness or None,
+    ))
+    return EXIT_OK

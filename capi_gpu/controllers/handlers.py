@@ -1,0 +1,94 @@
+"""kopf registrations: every handler is a translation from kwargs to one service call.
+
+Per-object daemons own the slow loops (host provisioning, machine claims, cluster checks); update
+handlers only wake them; delete handlers decide when kopf may drop the finalizer. Names of finalizers
+and progress annotations are moved under the project's domain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kopf
+
+from capi_gpu import domain
+from capi_gpu.api.host import HetznerGPUHost
+from capi_gpu.controllers import cluster_loop, host_loop, machine_loop
+from capi_gpu.controllers.deps import Deps
+from capi_gpu.controllers.settings import Settings
+
+G, V = domain.GROUP, domain.VERSION
+Factory = Callable[[], Deps]
+
+
+def _filter(settings: Settings) -> Callable[..., bool]:
+    def when(labels: Mapping[str, str], **_: Any) -> bool:
+        return settings.watch_filter is None or labels.get(domain.WATCH_FILTER_LABEL) == settings.watch_filter
+
+    return when
+
+
+def configure(op: kopf.OperatorSettings) -> None:
+    op.persistence.finalizer = f"{domain.DOMAIN}/finalizer"
+    op.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=domain.DOMAIN)
+    op.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=domain.DOMAIN)
+    op.posting.level = logging.INFO
+    op.watching.server_timeout = 300
+    op.batching.worker_limit = 200
+
+
+def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Factory) -> None:
+    when = _filter(settings)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+        configure(settings)
+        memo.deps = make_deps()
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: Any, **_: Any) -> None:
+        await memo.deps.robots.close()
+        memo.deps.kube.close()
+
+    @kopf.daemon(G, V, "hetznergpuhosts", registry=registry, when=when, cancellation_timeout=10)
+    async def host_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+        await host_loop.run(memo.deps, namespace or "", name, stopped)
+
+    @kopf.on.update(G, V, "hetznergpuhosts", registry=registry, when=when, field="spec")
+    async def host_spec(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        memo.deps.wakeups.wake("host", namespace or "", name)
+
+    @kopf.on.delete(G, V, "hetznergpuhosts", registry=registry, when=when)
+    async def host_delete(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+        host = HetznerGPUHost.model_validate(dict(body))
+        moving = domain.DELETE_FOR_MOVE_ANNOTATION in (body["metadata"].get("annotations") or {})
+        if host.spec.consumer_ref is not None and not moving:
+            raise kopf.TemporaryError(f"in use by {host.spec.consumer_ref.name}; delete the Machine first", delay=30)
+
+    @kopf.daemon(G, V, "hetznergpumachines", registry=registry, when=when, cancellation_timeout=10)
+    async def machine_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+        await machine_loop.run(memo.deps, namespace or "", name, stopped)
+
+    @kopf.on.delete(G, V, "hetznergpumachines", registry=registry, when=when)
+    async def machine_delete(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        if not await machine_loop.release(memo.deps, namespace or "", name, dict(body)):
+            raise kopf.TemporaryError("waiting for the host to deprovision", delay=5)
+
+    @kopf.on.event("cluster.x-k8s.io", "v1beta2", "machines", registry=registry, when=when)
+    async def capi_machine(spec: kopf.Spec, namespace: str | None, memo: Any, **_: Any) -> None:
+        ref = spec.get("infrastructureRef") or {}
+        if ref.get("apiGroup") == G and ref.get("kind") == "HetznerGPUMachine":
+            memo.deps.wakeups.wake("machine", namespace or "", ref["name"])  # e.g. bootstrap data arrived
+
+    @kopf.daemon(G, V, "hetznergpuclusters", registry=registry, when=when, cancellation_timeout=10)
+    async def cluster_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+        await cluster_loop.run(memo.deps, namespace or "", name, stopped)
+
+    @kopf.on.update(G, V, "hetznergpuclusters", registry=registry, when=when, field="spec")
+    async def cluster_spec(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        memo.deps.wakeups.wake("cluster", namespace or "", name)
+
+    _ = (startup, cleanup, host_daemon, host_spec, host_delete, machine_daemon, machine_delete, capi_machine,
+         cluster_daemon, cluster_spec)
