@@ -179,6 +179,7 @@ class Fleet:
                 host.never_boot_again = True
                 host.reset(kind, targets.DiskBoot())
             case robot_hooks.BootKind.RESCUE | robot_hooks.BootKind.INSTALLED:
+                host.never_boot_again = False  # Robot says it boots now (a "never boot" fault was lifted)
                 host.reset(kind, _target(boot_target))
 
     def on_new_server(self, server: robot_hooks.NewServer) -> None:
