@@ -97,3 +97,24 @@ def ensure_built() -> Binaries:
     if missing:
         raise BinariesMissing(f"built, yet still missing: {', '.join(missing)}")
     return bins
+
+
+def clusterctl_path() -> Path:
+    return cache_dir() / "bin" / f"clusterctl-{versions()['CAPI_VERSION']}" / "clusterctl"
+
+
+def ensure_clusterctl() -> Path:
+    """clusterctl from the pinned CAPI module (`generate cluster` renders the templates, offline).
+
+    Separate from ``ensure_built``: only the manifest tests and the dev tool need it.
+    """
+    path = clusterctl_path()
+    if path.exists():
+        return path
+    try:
+        subprocess.run(["bash", str(BUILD_SCRIPT), "clusterctl"], check=True)
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        raise BinariesMissing(f"{BUILD_SCRIPT} clusterctl failed: {exc}; install bash and Go >= 1.26") from exc
+    if not path.exists():
+        raise BinariesMissing(f"built, yet still missing: {path}")
+    return path
