@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+# capi-gpu operator image: `capi-gpu run` (and `capi-gpu gate-plugin serve` for the DaemonSet).
+#
+# Two stages: the builder turns the project and its pinned dependencies into wheels; the runtime
+# installs only those wheels into a venv (no compiler, no pip cache, no source tree) and adds what
+# ansible-runner shells out to: ssh and ssh-agent from openssh-client. ansible-core comes in as a
+# project dependency, at the range pyproject.toml pins.
+#
+# playbooks/ is copied to where capi_gpu.provisioning.ansible.default_playbook_dir() resolves for the
+# installed package: three levels above the module, i.e. the venv's site-packages (a test derives the
+# path from that function, so a change there fails the test rather than the image).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml ./
+COPY capi_gpu/ capi_gpu/
+RUN pip wheel --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE} AS runtime
+# openssh-client: ssh for every Ansible task, ssh-agent/ssh-add for ansible-runner's in-memory key.
+# Versions follow the bookworm point release of the base image.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openssh-client \
+    && rm -rf /var/lib/apt/lists/*
+ENV VIRTUAL_ENV=/opt/capi-gpu \
+    PATH=/opt/capi-gpu/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+RUN python -m venv /opt/capi-gpu
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels capi-gpu
+COPY playbooks/ /opt/capi-gpu/lib/python3.11/site-packages/playbooks/
+# A named non-root user (uid 65532, as distroless "nonroot"): ssh refuses to run for a uid without a
+# passwd entry. The Deployment overrides HOME with a writable emptyDir (read-only root filesystem).
+RUN groupadd --gid 65532 capi-gpu \
+    && useradd --uid 65532 --gid 65532 --home-dir /home/capi-gpu --create-home --shell /usr/sbin/nologin capi-gpu
+ENV HOME=/home/capi-gpu
+WORKDIR /home/capi-gpu
+USER 65532:65532
+ENTRYPOINT ["capi-gpu"]
+CMD ["run"]
