@@ -27,6 +27,8 @@ Obj = dict[str, Any]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 
 class KubeError(Exception):
@@ -227,6 +229,21 @@ class Kube:
         result: Obj = self._call("PATCH", res.path(namespace, name, sub), body=patch, content_type=content_type)
         return result
 
+    def apply_patch(
+        self,
+        res: Res,
+        name: str,
+        body: Obj,
+        manager: str,
+        namespace: str | None = None,
+        sub: str | None = None,
+        force: bool = True,
+    ) -> Obj:
+        """Server-side apply: own only the fields in ``body`` (e.g. one condition in a map-typed list)."""
+        path = res.path(namespace, name, sub) + f"?fieldManager={manager}" + ("&force=true" if force else "")
+        result: Obj = self._call("PATCH", path, body=body, content_type=APPLY_PATCH)
+        return result
+
     def delete(self, res: Res, name: str, namespace: str | None = None, missing_ok: bool = True) -> None:
         try:
             self._call("DELETE", res.path(namespace, name))
@@ -323,6 +340,12 @@ class AsyncKube:
 
     async def replace(self, res: Res, obj: Obj, namespace: str | None = None, sub: str | None = None) -> Obj:
         result: Obj = await self._run(self.sync.replace, res, obj, namespace, sub)
+        return result
+
+    async def apply_patch(
+        self, res: Res, name: str, body: Obj, manager: str, namespace: str | None = None, sub: str | None = None
+    ) -> Obj:
+        result: Obj = await self._run(self.sync.apply_patch, res, name, body, manager, namespace, sub)
         return result
 
     async def delete(self, res: Res, name: str, namespace: str | None = None) -> None:

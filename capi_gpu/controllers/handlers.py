@@ -18,6 +18,7 @@ from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.controllers import cluster_loop, host_loop, machine_loop
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.settings import Settings
+from capi_gpu.readiness import runner as gate_runner
 
 G, V = domain.GROUP, domain.VERSION
 Factory = Callable[[], Deps]
@@ -68,7 +69,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
             raise kopf.TemporaryError(f"in use by {host.spec.consumer_ref.name}; delete the Machine first", delay=30)
 
     @kopf.daemon(G, V, "hetznergpumachines", registry=registry, when=when, cancellation_timeout=10)
-    async def machine_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+    async def machine_daemon(
+        namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any
+    ) -> None:
         await machine_loop.run(memo.deps, namespace or "", name, stopped)
 
     @kopf.on.delete(G, V, "hetznergpumachines", registry=registry, when=when)
@@ -83,12 +86,32 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
             memo.deps.wakeups.wake("machine", namespace or "", ref["name"])  # e.g. bootstrap data arrived
 
     @kopf.daemon(G, V, "hetznergpuclusters", registry=registry, when=when, cancellation_timeout=10)
-    async def cluster_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+    async def cluster_daemon(
+        namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any
+    ) -> None:
         await cluster_loop.run(memo.deps, namespace or "", name, stopped)
 
     @kopf.on.update(G, V, "hetznergpuclusters", registry=registry, when=when, field="spec")
     async def cluster_spec(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         memo.deps.wakeups.wake("cluster", namespace or "", name)
 
-    _ = (startup, cleanup, host_daemon, host_spec, host_delete, machine_daemon, machine_delete, capi_machine,
-         cluster_daemon, cluster_spec)
+    if settings.gate:
+
+        @kopf.daemon(G, V, "hetznergpuclusters", id="gate", registry=registry, when=when, cancellation_timeout=10)
+        async def gate_daemon(
+            body: kopf.Body, namespace: str | None, stopped: kopf.DaemonStopped, memo: Any, **_: Any
+        ) -> None:
+            await gate_runner.run_for(memo.deps, namespace or "", body["metadata"]["name"], stopped)
+
+    _ = (
+        startup,
+        cleanup,
+        host_daemon,
+        host_spec,
+        host_delete,
+        machine_daemon,
+        machine_delete,
+        capi_machine,
+        cluster_daemon,
+        cluster_spec,
+    )

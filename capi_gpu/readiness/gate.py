@@ -1,0 +1,254 @@
+"""The per-Cluster readiness gate: watches the workload cluster, decides with ``decisions``, writes.
+
+One daemon per HetznerGPUCluster reaches the workload cluster through ``<cluster>-kubeconfig`` with its
+own client (a kopf operator holds one cluster's credentials) and watches Nodes, ResourceSlices and
+ResourceClaims through informers: no polling loop. Each batch of changes re-evaluates only the nodes and
+claims it touched. The three layers:
+
+* node: the ``GPUReady`` condition and the ``readiness.k8s.io/gpu-not-ready`` startup taint;
+* Machine: the ``GPUReady`` condition, server-side applied so CAPI's own conditions are untouched;
+* claim: our gate ResourceSlice per GPU node, and the gate device's binding condition on allocated claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from capi_gpu import domain, metrics
+from capi_gpu.controllers.deps import Deps
+from capi_gpu.kube import (
+    CAPI_MACHINES,
+    NODES,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
+    AsyncKube,
+    Conflict,
+    Invalid,
+    KubeError,
+    NotFound,
+    Obj,
+)
+from capi_gpu.readiness import decisions, targets
+from capi_gpu.readiness.informer import Change, Informer, queue_emitter
+
+log = logging.getLogger(__name__)
+MANAGER = "capi-gpu-gate"
+TARGET_TTL = 5.0
+
+
+class ClusterGate:
+    def __init__(self, deps: Deps, namespace: str, cluster: str, workload: AsyncKube) -> None:
+        self.deps, self.namespace, self.cluster, self.wl = deps, namespace, cluster, workload
+        self.nodes: dict[str, Obj] = {}
+        self.slices: dict[str, Obj] = {}
+        self.claims: dict[tuple[str, str], Obj] = {}
+        self.verdicts: dict[str, decisions.PoolVerdict] = {}
+        self.slice_seen: dict[str, float] = {}
+        self.latencies: list[float] = []
+        self._targets: dict[str, targets.GpuTarget] = {}
+        self._targets_at = 0.0
+        self._synced: set[str] = set()
+        self._recheck: dict[tuple[str, str], float] = {}
+
+    async def run(self, stopped: Any) -> None:
+        queue: asyncio.Queue[Change] = asyncio.Queue()
+        emit = queue_emitter(asyncio.get_running_loop(), queue)
+        informers = [
+            Informer(self.wl.sync, res, kind, emit).start()
+            for res, kind in ((NODES, "node"), (RESOURCESLICES, "slice"), (RESOURCECLAIMS, "claim"))
+        ]
+        try:
+            while not stopped:
+                timeout = max(0.05, min(self._recheck.values(), default=time.monotonic() + 30) - time.monotonic())
+                first: Change | None = None
+                with contextlib.suppress(TimeoutError):
+                    first = await asyncio.wait_for(queue.get(), timeout=min(timeout, 30.0))
+                batch = [first] if first else []
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                await self.process(batch)
+        finally:
+            for inf in informers:
+                inf.stop()
+
+    def _apply(self, ch: Change) -> tuple[set[str], set[tuple[str, str]]]:
+        nodes: set[str] = set()
+        claims: set[tuple[str, str]] = set()
+        if ch.type == "SYNCED":
+            self._synced.add(ch.kind)
+            return set(self.nodes), set(self.claims)
+        meta = ch.obj.get("metadata", {})
+        if ch.kind == "node":
+            name = meta["name"]
+            if ch.type == "DELETED":
+                self.nodes.pop(name, None)
+            else:
+                self.nodes[name] = ch.obj
+            nodes.add(name)
+        elif ch.kind == "slice":
+            spec = ch.obj.get("spec", {})
+            node = spec.get("nodeName") or spec.get("pool", {}).get("name", "")
+            if ch.type == "DELETED":
+                self.slices.pop(meta["name"], None)
+            else:
+                self.slices[meta["name"]] = ch.obj
+            if spec.get("driver") == domain.NVIDIA_DRIVER:
+                self.slice_seen[node] = ch.seen
+                nodes.add(node)
+        else:
+            key = (meta.get("namespace", ""), meta["name"])
+            if ch.type == "DELETED":
+                self.claims.pop(key, None)
+            else:
+                self.claims[key] = ch.obj
+                claims.add(key)
+        return nodes, claims
+
+    async def process(self, batch: list[Change]) -> None:
+        dirty_nodes: set[str] = set()
+        dirty_claims: set[tuple[str, str]] = set()
+        for ch in batch:
+            n, c = self._apply(ch)
+            dirty_nodes |= n
+            dirty_claims |= c
+        now = time.monotonic()
+        due = {k for k, t in self._recheck.items() if t <= now}
+        if len(self._synced) < 3:
+            return
+        changed_verdicts = await self.evaluate_nodes(dirty_nodes)
+        # A node verdict change can settle claims waiting on it.
+        touched = {k for k, c in self.claims.items() if _gate_node(c) in changed_verdicts}
+        await self.gate_claims(dirty_claims | due | touched)
+
+    async def _gpu_targets(self, force: bool = False) -> dict[str, targets.GpuTarget]:
+        if force or time.monotonic() - self._targets_at > TARGET_TTL:
+            self._targets = await targets.load(self.deps.kube, self.namespace, self.cluster)
+            self._targets_at = time.monotonic()
+        return self._targets
+
+    async def evaluate_nodes(self, names: set[str]) -> set[str]:
+        changed: set[str] = set()
+        if not names:
+            return changed
+        tgts = await self._gpu_targets()
+        if any(
+            self.nodes.get(n, {}).get("spec", {}).get("providerID", "").startswith(domain.PROVIDER_ID_PREFIX)
+            and self.nodes[n]["spec"]["providerID"] not in tgts
+            for n in names
+        ):
+            tgts = await self._gpu_targets(force=True)  # a node joined before our cache saw its machine
+        for name in sorted(names):
+            node = self.nodes.get(name)
+            if node is None:
+                self.verdicts.pop(name, None)
+                continue
+            target = tgts.get(node.get("spec", {}).get("providerID", ""))
+            if target is None:
+                continue
+            verdict = decisions.pool_verdict(self.slices.values(), name, target.expected)
+            before = self.verdicts.get(name)
+            self.verdicts[name] = verdict
+            if before is None or before.reason != verdict.reason or before.message != verdict.message:
+                changed.add(name)
+            await self._write_node(node, verdict)
+            await self._write_gate_slice(node, verdict)
+            if target.capi_machine and (
+                before is None or before.ready != verdict.ready or before.reason != verdict.reason
+            ):
+                await self._write_machine(target.capi_machine, verdict)
+        return changed
+
+    async def _write_node(self, node: Obj, verdict: decisions.PoolVerdict) -> None:
+        name = node["metadata"]["name"]
+        patch = decisions.node_gate_patch(node, verdict, self.deps.clock())
+        try:
+            for w in patch.ordered():
+                sub = "status" if w.subresource is decisions.NodeSubresource.STATUS else None
+                updated = await self.wl.patch(NODES, name, w.body, sub=sub, content_type=w.content_type)
+                self.nodes[name] = updated
+            if verdict.ready and patch.taint_ops is not None and name in self.slice_seen:
+                latency = time.monotonic() - self.slice_seen[name]
+                self.latencies.append(latency)
+                metrics.GATE_SECONDS.labels(transition="untaint").observe(latency)
+        except (Invalid, Conflict):
+            fresh = await self.wl.get_or_none(NODES, name)
+            if fresh is not None:
+                self.nodes[name] = fresh  # someone else wrote the taints; decide again on the next event
+        except NotFound:
+            self.nodes.pop(name, None)
+
+    async def _write_gate_slice(self, node: Obj, verdict: decisions.PoolVerdict) -> None:
+        name = node["metadata"]["name"]
+        slice_name = decisions.gate_slice_name(name)
+        current = self.slices.get(slice_name)
+        generation = int((current or {}).get("spec", {}).get("pool", {}).get("generation", 0))
+        desired = decisions.gate_slice(name, max(1, generation), ready=verdict.ready, node_uid=node["metadata"]["uid"])
+        if current is not None and current["spec"].get("devices") == desired["spec"]["devices"]:
+            return
+        try:
+            if current is None:
+                self.slices[slice_name] = await self.wl.create(RESOURCESLICES, desired)
+            else:
+                desired = decisions.gate_slice(
+                    name, generation + 1, ready=verdict.ready, node_uid=node["metadata"]["uid"]
+                )
+                desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                self.slices[slice_name] = await self.wl.replace(RESOURCESLICES, desired)
+        except Conflict:
+            fresh = await self.wl.get_or_none(RESOURCESLICES, slice_name)
+            if fresh is not None:
+                self.slices[slice_name] = fresh
+
+    async def _write_machine(self, capi_machine: str, verdict: decisions.PoolVerdict) -> None:
+        obj = await self.deps.kube.get_or_none(CAPI_MACHINES, capi_machine, self.namespace)
+        if obj is None:
+            return
+        previous = next(
+            (c for c in (obj.get("status") or {}).get("conditions", []) if c.get("type") == domain.GPU_READY_CONDITION),
+            None,
+        )
+        cond = decisions.machine_condition(
+            verdict, self.deps.clock(), int(obj["metadata"].get("generation", 1)), previous
+        )
+        body = {
+            "apiVersion": domain.CAPI_API_VERSION,
+            "kind": "Machine",
+            "metadata": {"name": capi_machine, "namespace": self.namespace},
+            "status": {"conditions": [cond]},
+        }
+        await self.deps.kube.apply_patch(CAPI_MACHINES, capi_machine, body, MANAGER, self.namespace, sub="status")
+
+    async def gate_claims(self, keys: set[tuple[str, str]]) -> None:
+        pools = {n: p for n in self.verdicts for p in decisions.current_pools(self.slices.values(), n).values()}
+        for key in sorted(keys):
+            self._recheck.pop(key, None)
+            claim = self.claims.get(key)
+            if claim is None:
+                continue
+            d = decisions.claim_gate_decision(claim, self.verdicts, pools, self.deps.clock())
+            if d.outcome is decisions.GateOutcome.WAIT and d.recheck_at is not None:
+                delay = (d.recheck_at - self.deps.clock()).total_seconds()
+                self._recheck[key] = time.monotonic() + max(0.5, delay)
+            elif d.outcome in (decisions.GateOutcome.BIND, decisions.GateOutcome.FAIL):
+                await self._write_claim(key, claim, d)
+
+    async def _write_claim(self, key: tuple[str, str], claim: Obj, d: decisions.ClaimGateDecision) -> None:
+        devices = decisions.merged_device_statuses(claim, d.entries)
+        body = {"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]}, "status": {"devices": devices}}
+        try:
+            self.claims[key] = await self.wl.patch(RESOURCECLAIMS, key[1], body, key[0], sub="status")
+            metrics.CLAIM_DECISIONS.labels(outcome=d.outcome.value).inc()
+            log.info("claim %s/%s: %s on %s (%s)", key[0], key[1], d.outcome.value, d.node, d.reason)
+        except Conflict:
+            self._recheck[key] = time.monotonic() + 0.2  # re-read on the next event or shortly
+        except KubeError as exc:
+            log.warning("claim %s/%s: status write failed: %s", key[0], key[1], exc)
+
+
+def _gate_node(claim: Obj) -> str | None:
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    return next((r.get("pool") for r in results if r.get("driver") == domain.GATE_DRIVER), None)

@@ -1,0 +1,88 @@
+"""A small informer: list, then watch from that resourceVersion, forever, in a thread.
+
+The readiness gate must react to Nodes, ResourceSlices and ResourceClaims without a polling loop; the
+official client's watch is blocking, so each kind gets one thread that feeds an asyncio queue. A
+closed watch resumes from the last resourceVersion; a 410 Gone (compacted) relists and reports every
+object again, so consumers never miss a change, they may only see one twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from capi_gpu.kube import Kube, KubeError, Obj, Res
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str
+    type: str  # ADDED, MODIFIED, DELETED, SYNC (from a relist)
+    obj: Obj
+    seen: float  # time.monotonic() when it arrived (gate latency)
+
+
+class Informer:
+    def __init__(
+        self, kube: Kube, res: Res, kind: str, emit: Callable[[Change], None], label_selector: str | None = None
+    ) -> None:
+        self.kube, self.res, self.kind, self.emit = kube, res, kind, emit
+        self.label_selector = label_selector
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{kind}", daemon=True)
+
+    def start(self) -> Informer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _list(self) -> str:
+        page = self.kube._call("GET", self.res.path(), query={"labelSelector": self.label_selector})
+        for obj in page.get("items", []):
+            self.emit(Change(self.kind, "SYNC", obj, time.monotonic()))
+        rv: str = page.get("metadata", {}).get("resourceVersion", "")
+        self.emit(Change(self.kind, "SYNCED", {}, time.monotonic()))
+        return rv
+
+    def _run(self) -> None:
+        rv = ""
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if not rv:
+                    rv = self._list()
+                for etype, obj in self.kube.watch(
+                    self.res,
+                    resource_version=rv,
+                    label_selector=self.label_selector,
+                    timeout_seconds=120,
+                    stop=self._stop,
+                ):
+                    if etype == "ERROR":
+                        rv = ""  # 410 Gone: relist
+                        break
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if etype != "BOOKMARK":
+                        self.emit(Change(self.kind, etype, obj, time.monotonic()))
+                backoff = 0.5
+            except (KubeError, OSError, ValueError) as exc:
+                log.info("informer %s: %s; retrying", self.kind, exc)
+                if getattr(exc, "status", 0) == 410:
+                    rv = ""
+                self._stop.wait(backoff)
+                backoff = min(10.0, backoff * 2)
+
+
+def queue_emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Change]) -> Callable[[Change], None]:
+    def emit(change: Change) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, change)
+
+    return emit

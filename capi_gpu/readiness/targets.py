@@ -1,0 +1,72 @@
+"""Which workload Nodes the gate owns and what each must show: read from the management cluster.
+
+A Node is ours when a HetznerGPUMachine of the cluster carries its providerID; what it must show comes
+from the same GPU plan the Configure step applied (``gpuplan``), and the host side is what nvidia-smi
+reported after the layout was applied (recorded in the host's status at provisioning).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from capi_gpu import domain
+from capi_gpu.api.host import HetznerGPUHost
+from capi_gpu.api.machine import HetznerGPUMachine
+from capi_gpu.api.specs import MigMode
+from capi_gpu.kube import AsyncKube, Obj, ours
+from capi_gpu.provisioning import gpuplan
+from capi_gpu.readiness import decisions
+
+MACHINES = ours("hetznergpumachines")
+HOSTS = ours("hetznergpuhosts")
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    provider_id: str
+    machine: str  # HetznerGPUMachine name
+    capi_machine: str | None
+    expected: decisions.ExpectedPool
+
+
+def expected_pool(machine: HetznerGPUMachine, host: HetznerGPUHost | None) -> decisions.ExpectedPool | None:
+    gpu = machine.spec.gpu
+    if gpu is None or gpu.mig_mode is MigMode.DYNAMIC:
+        return None  # no GPU stack, or the driver owns MIG: nothing to compare against
+    model = next(
+        (g.model for g in (host.status.hardware.gpus if host and host.status.hardware else []) if g.model), None
+    )
+    try:
+        plan = gpuplan.plan(gpu, model or "rtx-pro-6000")
+    except gpuplan.PlanError:
+        return None
+    if plan.layout is None:
+        return decisions.ExpectedPool(full_gpus=1)
+    want = sorted(collections.Counter(plan.expected_profiles).elements())
+    have = sorted(host.status.mig_devices) if host else []
+    agrees = host is not None and have == want
+    detail = "" if agrees else f"nvidia-smi on the host showed {have or 'nothing'}, the layout needs {want}"
+    return decisions.ExpectedPool.from_devices(plan.expected_devices(), host_agrees=agrees, host_detail=detail)
+
+
+async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTarget]:
+    """providerID -> target, for the cluster's provisioned GPU machines."""
+    selector = f"{domain.CLUSTER_NAME_LABEL}={cluster}"
+    machines = await kube.list(MACHINES, namespace, label_selector=selector)
+    hosts = {h["metadata"]["name"]: h for h in await kube.list(HOSTS, namespace)}
+    out: dict[str, GpuTarget] = {}
+    for obj in machines:
+        machine = HetznerGPUMachine.model_validate(obj)
+        if not machine.spec.provider_id:
+            continue
+        host_obj: Obj | None = hosts.get(machine.status.host or "")
+        host = HetznerGPUHost.model_validate(host_obj) if host_obj else None
+        expected = expected_pool(machine, host)
+        if expected is None:
+            continue
+        owner = next(
+            (o["name"] for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None
+        )
+        out[machine.spec.provider_id] = GpuTarget(machine.spec.provider_id, obj["metadata"]["name"], owner, expected)
+    return out
