@@ -15,7 +15,7 @@ import kopf
 
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
-from capi_gpu.controllers import cluster_loop, host_loop, machine_loop
+from capi_gpu.controllers import cluster_loop, host_loop, machine_loop, remediation_loop, template_loop
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.readiness import runner as gate_runner
@@ -94,6 +94,16 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     @kopf.on.update(G, V, "hetznergpuclusters", registry=registry, when=when, field="spec")
     async def cluster_spec(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         memo.deps.wakeups.wake("cluster", namespace or "", name)
+
+    @kopf.daemon(G, V, "hetznergpumachinetemplates", registry=registry, when=when, cancellation_timeout=10)
+    async def template_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any,
+                              **_: Any) -> None:
+        await template_loop.run(memo.deps, namespace or "", name, stopped)
+
+    @kopf.daemon(G, V, "hetznergpuremediations", registry=registry, when=when, cancellation_timeout=10)
+    async def remediation_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any,
+                                 **_: Any) -> None:
+        await remediation_loop.run(memo.deps, namespace or "", name, stopped)
 
     if settings.gate:
 

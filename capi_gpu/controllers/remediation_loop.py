@@ -1,0 +1,149 @@
+"""HetznerGPURemediation: MachineHealthCheck's external remediation, by Robot hardware reset.
+
+As in CAPH: reset the server, prove the reboot by a changed Node boot id, wait for the node to be
+healthy again, retry up to ``retryLimit``, then Reuse (delete the Machine; the host returns to the pool)
+or Retire (the host is never chosen again). The reset is recorded in status (retryCount, lastRemediated,
+bootIDBefore) before it is sent, so a restarted controller waits for it instead of resetting twice.
+A cooldown stops a flapping host from being reset over and over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+from typing import Any
+
+import yaml
+
+from capi_gpu import domain
+from capi_gpu.api import conditions as c
+from capi_gpu.api.host import HetznerGPUHost, HostState
+from capi_gpu.api.remediation import HetznerGPURemediation, OnExhaustion, RemediationPhase
+from capi_gpu.controllers import events, loops
+from capi_gpu.controllers.deps import AccessError, Deps
+from capi_gpu.controllers.host_context import HOSTS, MACHINES
+from capi_gpu.hetzner import errors as robot_errors
+from capi_gpu.hetzner import models as robot_models
+from capi_gpu.kube import CAPI_MACHINES, NODES, SECRETS, Kube, Obj, ours
+
+REMEDIATIONS = ours("hetznergpuremediations")
+
+
+async def _node(deps: Deps, namespace: str, cluster: str, node_name: str) -> Obj | None:
+    secret = await deps.kube.get_or_none(SECRETS, f"{cluster}-kubeconfig", namespace)
+    if secret is None:
+        return None
+    doc = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
+    kube = Kube.from_kubeconfig_dict(doc)
+    try:
+        return await asyncio.to_thread(kube.get_or_none, NODES, node_name)
+    finally:
+        kube.close()
+
+
+def _healthy(node: Obj | None, boot_before: str | None) -> bool:
+    if node is None:
+        return False
+    status = node.get("status") or {}
+    boot = (status.get("nodeInfo") or {}).get("bootID")
+    conds = {x.get("type"): x.get("status") for x in status.get("conditions", [])}
+    return boot != boot_before and conds.get("Ready") == "True" and conds.get(domain.GPU_READY_CONDITION) != "False"
+
+
+async def _host_of(deps: Deps, namespace: str, capi: Obj) -> HetznerGPUHost | None:
+    ref = (capi.get("spec") or {}).get("infrastructureRef") or {}
+    hgm = await deps.kube.get_or_none(MACHINES, ref.get("name", ""), namespace)
+    host_name = ((hgm or {}).get("metadata", {}).get("annotations") or {}).get(domain.ANNOTATION_HOST)
+    host = await deps.kube.get_or_none(HOSTS, host_name, namespace) if host_name else None
+    return HetznerGPUHost.model_validate(host) if host else None
+
+
+async def _reset(deps: Deps, host: HetznerGPUHost, namespace: str) -> str | None:
+    """Robot hw reset through the host's account; returns an error message or None."""
+    try:
+        robot = await deps.robots.get(deps.kube, namespace, host.spec.robot.credentials_secret, host.spec.robot.url)
+        await robot.reset(host.spec.server_number, robot_models.ResetType.HARDWARE)
+    except (AccessError, robot_errors.RobotError) as exc:
+        return str(exc)
+    return None
+
+
+async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
+    obj = await deps.kube.get_or_none(REMEDIATIONS, name, namespace)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return None
+    rem = HetznerGPURemediation.model_validate(obj)
+    owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
+    capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
+    st, strat, now = rem.status.model_copy(deep=True), rem.spec.strategy, deps.clock()
+    if capi is None:
+        return None
+    host = await _host_of(deps, namespace, capi)
+    node_name = ((capi.get("status") or {}).get("nodeRef") or {}).get("name")
+    cluster = capi["spec"]["clusterName"]
+    note: tuple[str, str, bool] | None = None
+    if host is None or host.status.state is not HostState.PROVISIONED or not node_name:
+        st.phase, note = RemediationPhase.DELETING_MACHINE, ("RemediationImpossible", "host not provisioned; "
+                                                                 "deleting the Machine so it is replaced", True)
+    elif st.phase in (None, RemediationPhase.RUNNING) and st.retry_count == 0:
+        cooldown = _last_remediated(host)
+        if cooldown and now - cooldown < dt.timedelta(seconds=strat.cooldown_seconds):
+            st.phase, note = RemediationPhase.DELETING_MACHINE, ("RemediationCooldown", "reset within the cooldown; "
+                                                                     "replacing the Machine instead", True)
+        else:
+            st, note = await _send(deps, rem, host, namespace, cluster, node_name, obj)
+    elif st.phase is RemediationPhase.WAITING:
+        node = await _node(deps, namespace, cluster, node_name)
+        waited = (now - (st.last_remediated or now)).total_seconds()
+        if _healthy(node, st.boot_id_before):
+            st.phase, note = RemediationPhase.SUCCEEDED, ("Remediated", f"node back after {waited:.0f}s (new boot id)",
+                                                          False)
+        elif waited > strat.timeout_seconds:
+            if st.retry_count < strat.retry_limit:
+                st, note = await _send(deps, rem, host, namespace, cluster, node_name, obj)
+            else:
+                st.phase = RemediationPhase.DELETING_MACHINE
+                note = ("RemediationExhausted", f"{st.retry_count} reset(s) did not help; {strat.on_exhaustion.value}", True)
+                if strat.on_exhaustion is OnExhaustion.RETIRE:
+                    await deps.kube.patch(HOSTS, str(host.metadata["name"]), {"spec": {"retired": True}}, namespace)
+    if st.phase is RemediationPhase.DELETING_MACHINE:
+        await deps.kube.delete(CAPI_MACHINES, capi["metadata"]["name"], namespace)
+    st.conditions = c.set_condition(st.conditions, c.Type.READY, st.phase is RemediationPhase.SUCCEEDED,
+                                    (st.phase or RemediationPhase.RUNNING).value, note[1] if note else "", now)
+    if st.model_dump() != rem.status.model_dump():
+        await deps.kube.patch(REMEDIATIONS, name, {"status": st.model_dump(by_alias=True, mode="json")}, namespace,
+                              sub="status")
+    if note:
+        events.emit(obj, note[0], note[1], note[2])
+    return None if st.phase in (RemediationPhase.SUCCEEDED, RemediationPhase.DELETING_MACHINE) else 10.0
+
+
+def _last_remediated(host: HetznerGPUHost) -> dt.datetime | None:
+    raw: Any = host.metadata.get("annotations") or {}
+    value = raw.get(f"{domain.DOMAIN}/last-remediated")
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+async def _send(deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, namespace: str, cluster: str,
+                node_name: str, obj: Obj) -> tuple[Any, tuple[str, str, bool]]:
+    st = rem.status.model_copy(deep=True)
+    node = await _node(deps, namespace, cluster, node_name)
+    st.boot_id_before = ((node or {}).get("status", {}).get("nodeInfo") or {}).get("bootID")
+    st.retry_count += 1
+    st.last_remediated = deps.clock()
+    st.phase = RemediationPhase.WAITING
+    # Recorded before sending: a restart waits for this reset instead of sending another.
+    await deps.kube.patch(REMEDIATIONS, str(rem.metadata["name"]), {"status": st.model_dump(by_alias=True, mode="json")},
+                          namespace, sub="status")
+    await deps.kube.patch(HOSTS, str(host.metadata["name"]), {"metadata": {"annotations": {
+        f"{domain.DOMAIN}/last-remediated": st.last_remediated.isoformat()}}}, namespace)
+    error = await _reset(deps, host, namespace)
+    if error:
+        return st, ("ResetFailed", f"Robot hw reset of server {host.spec.server_number} failed: {error}", True)
+    return st, ("ResetSent", f"Robot hw reset {st.retry_count}/{rem.spec.strategy.retry_limit} of server "
+                f"{host.spec.server_number}", False)
+
+
+async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:
+    await loops.run("remediation", reconcile, deps, namespace, name, stopped)
