@@ -290,6 +290,7 @@ def run_retire(args: argparse.Namespace) -> int:
         question = f"retire {args.name} (server {spec.server_number})? It will never be chosen again"
         if not args.yes and not _confirm(question):
             raise CliFailure("not confirmed: pass --yes to retire without a prompt", EXIT_USAGE)
+        args.yes = True  # asked once: a retry after a 409 decides again without asking again
         if consumer is not None:
             print(f"warning: {args.name} is in use by {consumer}; its Machine will be remediated", file=sys.stderr)
         return {"spec": _spec_patch(spec, retired=True, maintenance_mode=True)}
