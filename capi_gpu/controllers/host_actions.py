@@ -223,6 +223,7 @@ def _install(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> Action
         instance_id=f"{name}-{host.spec.server_number}",
         user_data=user_data,
         extra=image.post_install_script,
+        server_number=host.spec.server_number,
     )
     shell.start_installimage(installimage.autosetup(image, name, wwns), script)
     return ActionResult.ok(message="installimage started")
@@ -234,7 +235,8 @@ def _bootstrap(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> Acti
         return ActionResult.deferred(10.0, "bootstrap data not ready")
     name = hostname(host)
     uid = consumer.machine.metadata.get("uid", name)
-    meta = f"instance-id: {uid}\nlocal-hostname: {name}\nserver-number: {host.spec.server_number}\n"
+    # server_number lets CABPK templates say provider-id: hrobot://{{ ds.meta_data.server_number }}.
+    meta = f"instance-id: {uid}\nlocal-hostname: {name}\nserver_number: {host.spec.server_number}\n"
     shell.start_bootstrap(consumer.bootstrap.text, meta)
     return ActionResult.ok(message="bootstrap started")
 

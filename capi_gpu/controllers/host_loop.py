@@ -118,6 +118,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         host.status.host_keys.os = env.os_key.public
     now, timing = deps.clock(), deps.settings.timing
     base = _observations(host, env)
+    reinspect = domain.ANNOTATION_REINSPECT in _annotations(obj)
+    base = base.__class__(**{**base.__dict__, "reinspect": reinspect})
     obs = await host_probes.observe(deps, host, env, states.probes_for(host, now, timing, base.claimed), base)
     key = (namespace, name)
     slot_free = key in deps.provisioning or len(deps.provisioning) < deps.settings.provisioning_limit
@@ -134,6 +136,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     )
     decision = states.decide(ctx)
     host = await _write(deps, obj, host, decision, env)
+    if reinspect and decision.status.state is HostState.INSPECTING:
+        await deps.kube.patch(HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace)
     if decision.action is None:
         return decision.requeue_after
     result = await host_actions.execute(deps, host, env, decision.action, _wipe_list(obj))

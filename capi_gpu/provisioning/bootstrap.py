@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -16,9 +17,15 @@ import yaml
 
 from capi_gpu.provisioning.installimage import CLOUD_INIT_DISABLED, SEED_DIR
 
-START = (f"rm -f {CLOUD_INIT_DISABLED}; "
-         "(cloud-init init && cloud-init modules --mode=config && cloud-init modules --mode=final) "
-         ">/var/log/capi-gpu-bootstrap.log 2>&1 </dev/null &")
+START = (
+    f"rm -f {CLOUD_INIT_DISABLED}; "
+    "(cloud-init init && cloud-init modules --mode=config && cloud-init modules --mode=final) "
+    ">/var/log/capi-gpu-bootstrap.log 2>&1 </dev/null &"
+)
+
+
+JINJA_HEADER = "## template: jinja"
+_JINJA_EXPR = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
 
 
 class Problem(StrEnum):
@@ -61,13 +68,16 @@ def validate(text: str, fmt: str = "cloud-config") -> BootstrapData:
     if not text.strip():
         raise BootstrapError(Problem.EMPTY, "bootstrap data is empty")
     if fmt not in ("cloud-config", ""):
-        raise BootstrapError(Problem.UNSUPPORTED_FORMAT, f"bootstrap format {fmt!r} is not supported (cloud-config only)")
-    if text.startswith("#!"):
+        raise BootstrapError(
+            Problem.UNSUPPORTED_FORMAT, f"bootstrap format {fmt!r} is not supported (cloud-config only)"
+        )
+    body = text.split("\n", 1)[1] if text.startswith(JINJA_HEADER) else text  # CABPK's jinja templates
+    if body.startswith("#!"):
         return BootstrapData(text, "script")
-    if not text.startswith("#cloud-config"):
+    if not body.startswith("#cloud-config"):
         raise BootstrapError(Problem.MALFORMED, "bootstrap data is neither '#cloud-config' nor a '#!' script")
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.safe_load(_JINJA_EXPR.sub("x", body))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

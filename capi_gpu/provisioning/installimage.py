@@ -61,8 +61,10 @@ def autosetup(spec: InstallImageSpec, hostname: str, wwns: Sequence[str]) -> str
 
 def _heredoc(path: str, content: str, mode: str) -> str:
     data = base64.b64encode(content.encode()).decode()
-    return f"install -d -m 0755 {shlex.quote(path.rsplit('/', 1)[0])}\n" \
-           f"echo {data} | base64 -d > {shlex.quote(path)}\nchmod {mode} {shlex.quote(path)}\n"
+    return (
+        f"install -d -m 0755 {shlex.quote(path.rsplit('/', 1)[0])}\n"
+        f"echo {data} | base64 -d > {shlex.quote(path)}\nchmod {mode} {shlex.quote(path)}\n"
+    )
 
 
 def post_install(
@@ -73,10 +75,13 @@ def post_install(
     instance_id: str,
     user_data: str | None,
     extra: str | None = None,
+    server_number: int | None = None,
 ) -> str:
     """The ``-x`` script. ``user_data`` is the bootstrap data, or None for a standby install."""
-    key_type = os_host_public_key.split()[0].removeprefix("ssh-")
+    key_type = os_host_public_key.split(maxsplit=1)[0].removeprefix("ssh-")
     meta = f"instance-id: {instance_id}\nlocal-hostname: {hostname}\n"
+    if server_number is not None:
+        meta += f"server_number: {server_number}\n"
     parts = [
         "#!/bin/bash\nset -euo pipefail\numask 077\n",
         "rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub\n",

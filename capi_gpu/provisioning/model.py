@@ -99,6 +99,7 @@ class Observations:
     bootstrap_ready: bool = False  # the consumer's bootstrap data is readable and well-formed
     deprovision: bool = False  # consumer released the host (machine deleted)
     reboot_requested: bool = False  # remediation asked for a hardware reset
+    reinspect: bool = False  # an operator asked for a fresh inspection (capi-gpu hosts inspect)
     mig_reboot_needed: bool = False
 
 

@@ -196,8 +196,16 @@ def registering(ctx: Context) -> Decision:
     return _goto(ctx, HostState.INSPECTING, Step.RESCUE, **facts)
 
 
+def _reinspect(ctx: Context) -> Decision | None:
+    if ctx.obs.reinspect and not ctx.obs.claimed and ctx.slot_free:
+        return _goto(ctx, HostState.INSPECTING, Step.RESCUE, note=Note("Reinspecting", "inspection requested"))
+    return None
+
+
 def available(ctx: Context) -> Decision:
     spec, obs = ctx.host.spec, ctx.obs
+    if (again := _reinspect(ctx)) is not None:
+        return again
     if obs.claimed:
         if not ctx.slot_free:
             return _wait(ctx, ctx.timing.poll, Note("Delayed", "provisioning limit reached"))
@@ -211,6 +219,8 @@ def available(ctx: Context) -> Decision:
 
 def standby(ctx: Context) -> Decision:
     spec, obs = ctx.host.spec, ctx.obs
+    if (again := _reinspect(ctx)) is not None:
+        return again
     if obs.claimed:
         if obs.consumer_prepared == ctx.status.prepared:
             return _goto(

@@ -20,6 +20,7 @@ import base64
 import gzip
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -127,9 +128,34 @@ def _run_script(path: Path) -> int:
     return proc.returncode
 
 
+JINJA_HEADER = "## template: jinja"
+_JINJA_VAR = re.compile(r"\{\{\s*(ds\.meta_data|v1)\.([A-Za-z0-9_]+)\s*\}\}|\{\{\s*ds\.meta_data\[['\"]([^'\"]+)['\"]\]\s*\}\}")
+
+
+def _render_jinja(text: str, meta: dict[str, Any]) -> str:
+    """The part of cloud-init's jinja support CAPI templates use: ``{{ ds.meta_data.key }}`` and
+    ``{{ v1.local_hostname }}``/``{{ v1.instance_id }}``. An unknown variable fails like cloud-init's
+    strict rendering would, instead of silently joining with an empty provider ID."""
+    v1 = {"local_hostname": meta.get("local-hostname", ""), "instance_id": meta.get("instance-id", "")}
+
+    def sub(m: re.Match[str]) -> str:
+        scope, key, bracket = m.group(1), m.group(2), m.group(3)
+        if bracket is not None:
+            value = meta.get(bracket)
+        else:
+            value = v1.get(key) if scope == "v1" else meta.get(key, meta.get(key.replace("_", "-")))
+        if value in (None, ""):
+            raise ValueError(f"jinja: undefined variable in user-data: {m.group(0)}")
+        return str(value)
+
+    return _JINJA_VAR.sub(sub, text.split("\n", 1)[1] if "\n" in text else "")
+
+
 def _user_data(seed: Path) -> tuple[str, Any]:
     path = seed / "user-data"
     text = path.read_text() if path.exists() else ""
+    if text.startswith(JINJA_HEADER):
+        text = _render_jinja(text, _meta(seed))
     if text.startswith("#!"):
         return "script", text
     if not text.strip():

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from states_helpers import SERVER, T0, TIMING, decide, host, ssh, with_keys
+from states_helpers import RESCUE_KEY, SERVER, T0, TIMING, decide, host, ssh, with_keys
 
 from capi_gpu.api.host import ErrorType, HostState, Step
 from capi_gpu.provisioning.model import (
@@ -185,6 +185,8 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         Step.RESCUE,
         None,
     ),
+    ("rescue-crash-keys-read-back", host(I, Step.RESCUE, ops=[("activate-rescue", S, None)]),
+     Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)), {}, I, Step.RESCUE, None),
     ("inspect-acts", in_rescue(host(I, Step.INSPECT)), Observations(), {}, I, Step.INSPECT, A.INSPECT),
     # Available / standby
     ("avail-idle", host(HostState.AVAILABLE), Observations(), {}, HostState.AVAILABLE, None, None),
@@ -710,3 +712,10 @@ def test_recorded_installimage_is_restarted_only_when_the_server_proves_it_never
         assert again.action is None, progress
     retry = decide(recorded, Observations(claimed=True, ssh=ssh(), install=InstallProgress.NOT_STARTED))
     assert retry.action is not None and retry.status.operations[-1].attempt == 2
+
+
+def test_rescue_keys_read_back_after_a_crash_mark_the_activation_sent() -> None:
+    d = decide(host(I, Step.RESCUE, ops=[("activate-rescue", S, None)]),
+               Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)))
+    assert d.status.host_keys.rescue == [RESCUE_KEY]
+    assert d.status.operations[-1].outcome == "Sent" and d.action is None
