@@ -14,8 +14,9 @@ from capi_gpu.cli import EXIT_OK
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the operator")
     p.add_argument("--kubeconfig", help="management cluster kubeconfig (in-cluster config when unset)")
-    p.add_argument("--namespace", default="", help="watch only this namespace (empty: all)")
-    p.add_argument("--watch-filter", default="", help="only objects labelled cluster.x-k8s.io/watch-filter=VALUE")
+    p.add_argument("--namespace", default="", help="watch only this namespace (empty or *: all)")
+    p.add_argument("--watch-filter", default="", help="only objects labelled cluster.x-k8s.io/watch-filter=VALUE "
+                   "(empty or *: all)")
     p.add_argument("--robot-url", default="", help="Robot webservice URL for every host (simulator)")
     p.add_argument("--robot-share", type=float, default=1.0, help="share of the Robot account budget (0-1]")
     p.add_argument("--timing-scale", type=float, default=1.0, help="divide provisioning timeouts (simulator only)")
@@ -33,6 +34,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def every(value: str) -> str | None:
+    """'' and '*' mean all namespaces / all objects. '*' because clusterctl treats a variable whose default
+    is empty as unset and refuses to install, so the shipped Deployment defaults to '*' (never a valid
+    namespace or label value)."""
+    return None if value in ("", "*") else value
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
@@ -46,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(
-        namespace=args.namespace or None, watch_filter=args.watch_filter or None, robot_url=args.robot_url or None,
+        namespace=every(args.namespace), watch_filter=every(args.watch_filter), robot_url=args.robot_url or None,
         robot_share=args.robot_share, timing_scale=args.timing_scale, provisioning_limit=args.provisioning_limit,
         artifacts_dir=args.artifacts_dir, playbook_overrides=Settings.load_overrides(args.playbook_vars),
         gate=not args.no_gate, claim_scaler=args.claim_scaler,
