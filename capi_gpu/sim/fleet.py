@@ -8,8 +8,8 @@ CLI's signal handlers) → the slot registry and ``cleanup_stale()`` for crashes
 ``hosts.registry``), which ``start()`` also runs first.
 
 Boot decisions: a Robot reset arrives as ``on_reset(number, kind, BootTarget)``; a reboot from inside
-the guest asks Robot's state what the next boot is (rescue if an activation is pending: it is consumed,
-as on a real server). Without a Robot simulator every boot is the disk.
+the guest asks Robot what the next boot is (``RobotSim.consume_boot_target``: rescue if an activation
+is pending, consumed as on a real server). Without a Robot simulator every boot is the disk.
 """
 
 from __future__ import annotations
@@ -132,20 +132,14 @@ class Fleet:
             self.hosts[server_number] = host
             self._record()
         host.create()
-        if self.robot is not None and register:
-            with self.robot.locked() as world:
-                known = world.servers.get(server_number)
-            if known is None:
-                self.robot.add_server(
-                    server_number,
-                    name=f"gex131-{index}",
-                    ip=hn.guest_ip,
-                    product=self.config.product,
-                    dc=self.config.dc,
-                )
-            else:
-                with self.robot.locked():
-                    known.ip = hn.guest_ip
+        if self.robot is not None and register and not self.robot.set_server_ip(server_number, hn.guest_ip):
+            self.robot.add_server(
+                server_number,
+                name=f"gex131-{index}",
+                ip=hn.guest_ip,
+                product=self.config.product,
+                dc=self.config.dc,
+            )
         host.power_on(targets.DiskBoot())
         return host
 
@@ -185,22 +179,19 @@ class Fleet:
     def on_new_server(self, server: robot_hooks.NewServer) -> None:
         host = self.add_host(server.server_number, register=False)
         if self.robot is not None:
-            with self.robot.locked() as world:
-                if server.server_number in world.servers:
-                    world.servers[server.server_number].ip = host.guest_ip
+            self.robot.set_server_ip(server.server_number, host.guest_ip)
 
     def _next_boot(self, host: Host) -> targets.BootTarget:
         """After a reboot from inside the guest: what Robot would boot now (consumes a rescue activation)."""
         if self.robot is None:
             return targets.DiskBoot()
-        with self.robot.locked() as world:
-            server = world.servers.get(host.server_number)
-            if server is None or server.rescue is None:
-                return targets.DiskBoot()
-            rescue, server.rescue = server.rescue, None
-            server.boots += 1
-            authorized = tuple(world.keys[fp].data for fp in rescue.authorized if fp in world.keys)
-        return targets.RescueBoot(authorized, tuple(k.private_openssh for k in rescue.host_keys), rescue.password)
+        try:
+            boot_target = self.robot.consume_boot_target(host.server_number)
+        except KeyError:  # a machine Robot does not list (added with register=False): its disk
+            return targets.DiskBoot()
+        if boot_target.kind is robot_hooks.BootKind.HUNG:
+            host.never_boot_again = True  # the host's scheduler then keeps it dark
+        return _target(boot_target)
 
     # -- workload side --------------------------------------------------------------------------
     def attach_workload(self, kube: Kube, **kubelet_options: Any) -> dict[int, SimKubelet]:

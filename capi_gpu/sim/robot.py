@@ -168,6 +168,22 @@ class RobotSim:
             self.world.servers[number] = robot_world.SimServer(number=number, **fields)
             return number
 
+    def consume_boot_target(self, server_number: int) -> BootTarget:
+        """What the server boots after a reboot Robot did not order (its OS rebooted itself): the rescue
+        system if an activation is pending (consumed, as by any boot), else the disk; ``HUNG`` for a
+        server under the ``never_boot`` fault. Raises ``KeyError`` for a server Robot does not know."""
+        with self._lock:
+            return self.world.next_boot(self.world.servers[server_number])
+
+    def set_server_ip(self, server_number: int, ip: str) -> bool:
+        """Point a known server at the address its machine answers on; False if Robot does not know it."""
+        with self._lock:
+            server = self.world.servers.get(server_number)
+            if server is None:
+                return False
+            server.ip = ip
+            return True
+
     def rescue_host_keys(self, server_number: int) -> list[HostKeyPair]:
         """The host keys (private halves included) of the server's latest rescue activation."""
         with self._lock:

@@ -255,16 +255,19 @@ class RobotWorld:
 
     def _boot(self, server: SimServer, kind: str) -> None:
         server.powered = True
+        self.power_events.append((server.number, kind, self.next_boot(server)))
+
+    def next_boot(self, server: SimServer) -> BootTarget:
+        """What the boot that starts now loads: it counts as a boot and consumes a pending rescue activation,
+        whether Robot reset the server or its OS rebooted itself."""
         server.boots += 1
         if server.number in self.never_boot:
-            target = BootTarget(BootKind.HUNG)
-        elif server.rescue is not None:
+            return BootTarget(BootKind.HUNG)
+        if server.rescue is not None:
             rescue, server.rescue = server.rescue, None  # the activation applies to this boot only
             authorized = tuple(self.keys[fp].data for fp in rescue.authorized if fp in self.keys)
-            target = BootTarget(BootKind.RESCUE, rescue.password, authorized, tuple(rescue.host_keys))
-        else:
-            target = BootTarget(BootKind.INSTALLED)
-        self.power_events.append((server.number, kind, target))
+            return BootTarget(BootKind.RESCUE, rescue.password, authorized, tuple(rescue.host_keys))
+        return BootTarget(BootKind.INSTALLED)
 
     # --- rescue --------------------------------------------------------------------------------
 

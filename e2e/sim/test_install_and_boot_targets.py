@@ -1,6 +1,7 @@
 """installimage in the simulated rescue system and the boot targets around it: malformed /autosetup is
 rejected with installimage's messages, a good one plus post-install boots an OS with the pinned key and
-the NoCloud seed, resets switch rescue/OS (hostname, boot id), installimage survives a dropped session,
+the NoCloud seed, resets switch rescue/OS (hostname, boot id), a reboot from inside the OS boots what
+Robot has armed (rescue once, then the disk), installimage survives a dropped session,
 and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the hardware knobs."""
 
 from __future__ import annotations
@@ -148,6 +149,25 @@ def test_install_reboot_and_resets_switch_boot_targets(
         ssh.Endpoint(host.guest_ip, os_pin), ssh.Credentials(private_key=client_key.private_openssh)
     ) as osh:
         assert osh.hostname() == "bm-gpu-1"
+
+
+def test_a_reboot_from_inside_the_os_boots_what_robot_has_armed(
+    fleet: Fleet, robot_api: RobotApi, client_key: keys.KeyPair
+) -> None:
+    host = fleet.host()
+    assert host.running is Running.PREVIOUS
+    activation = robot_api.activate_rescue(host.server_number, [robot_api.add_key("e2e", client_key.public_line)])
+    before = host.boot_count()
+    host.exec(["systemctl", "reboot"])  # no Robot reset: the fleet asks Robot what boots now
+    assert host.wait_up(BOOT_TIMEOUT_S, after_boot=before)
+    assert host.running is Running.RESCUE
+    rescue = Rescue(host, ssh.HostKeyPin.from_robot(activation["host_key"]), str(activation["password"]), activation)
+    with rescue.shell(client_key) as shell:
+        assert shell.hostname() == "rescue"
+        before = host.boot_count()
+        shell.reboot()  # the activation was consumed: the disk boots
+    assert host.wait_up(BOOT_TIMEOUT_S, after_boot=before)
+    assert host.running is Running.PREVIOUS
 
 
 def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotApi, client_key: keys.KeyPair) -> None:

@@ -1,6 +1,7 @@
 """Robot simulator, boots: rescue activation (generated password, host_key fingerprints of keys the
-sim holds), consumption by the next reset, the PowerHook's BootTarget, per-server reset types and the
-documented errors, power/power_long/man semantics, the key store."""
+sim holds), consumption by the next reset or by a reboot the OS did itself (``consume_boot_target``),
+the PowerHook's BootTarget, per-server reset types and the documented errors, power/power_long/man
+semantics, the key store."""
 
 from __future__ import annotations
 
@@ -106,6 +107,33 @@ def test_next_boot_consumes_the_rescue_activation(sim: RobotSim, http: httpx.Cli
     assert first.host_keys == tuple(sim.rescue_host_keys(321))
     assert (n2, kind2, second.kind) == (321, "sw", BootKind.INSTALLED)
     assert password not in repr(first)
+
+
+def test_a_reboot_from_inside_the_os_consumes_the_activation_without_a_power_event(
+    sim: RobotSim, http: httpx.Client, fleet: Fleet
+) -> None:
+    public_key = new_public_key()
+    fingerprint = upload(http, public_key)
+    password = http.post("/boot/321/rescue", data={"os": "linux", "authorized_key[]": [fingerprint]}).json()["rescue"][
+        "password"
+    ]
+    with sim.locked() as world:
+        boots = world.servers[321].boots
+    first = sim.consume_boot_target(321)
+    assert (first.kind, first.rescue_password, first.authorized_keys) == (BootKind.RESCUE, password, (public_key,))
+    assert first.host_keys == tuple(sim.rescue_host_keys(321))
+    assert http.get("/boot/321/rescue").json()["rescue"]["active"] is False
+    assert sim.consume_boot_target(321).kind is BootKind.INSTALLED
+    with sim.locked() as world:
+        assert world.servers[321].boots == boots + 2
+    sim.set_faults(never_boot=[321])
+    assert sim.consume_boot_target(321).kind is BootKind.HUNG
+    assert sim.wait_idle()
+    assert fleet.events == [], "the OS rebooted itself: Robot pressed no button"
+    with pytest.raises(KeyError):
+        sim.consume_boot_target(999)
+    assert sim.set_server_ip(321, "10.0.0.7") and not sim.set_server_ip(999, "10.0.0.8")
+    assert http.get("/server/321").json()["server"]["server_ip"] == "10.0.0.7"
 
 
 def test_rescue_cannot_be_activated_twice_and_unknown_keys_are_refused(http: httpx.Client) -> None:
