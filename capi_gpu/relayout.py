@@ -60,10 +60,18 @@ class Relayout:
         self.workload.patch(NODES, self.node, {"spec": {"unschedulable": True}})
         rule = f"relayout-{self.node}"[:63]
         self.say(f"DeviceTaintRule {rule}: NoExecute on pool {self.node}")
-        self.workload.apply(DEVICETAINTRULES, {
-            "apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule", "metadata": {"name": rule},
-            "spec": {"deviceSelector": {"driver": domain.NVIDIA_DRIVER, "pool": self.node},
-                     "taint": {"key": RELAYOUT_TAINT, "value": "true", "effect": "NoExecute"}}})
+        self.workload.apply(
+            DEVICETAINTRULES,
+            {
+                "apiVersion": "resource.k8s.io/v1beta2",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": rule},
+                "spec": {
+                    "deviceSelector": {"driver": domain.NVIDIA_DRIVER, "pool": self.node},
+                    "taint": {"key": RELAYOUT_TAINT, "value": "true", "effect": "NoExecute"},
+                },
+            },
+        )
         self._drain()
         self._apply_layout(machine, host, gpu)
         self._restart_plugin()
@@ -86,19 +94,27 @@ class Relayout:
     def _validate(self, machine: HetznerGPUMachine, host: HetznerGPUHost) -> GPUSpec:
         old = machine.spec.gpu or GPUSpec()
         parsed = self.spec.strip()
-        new_layout = MigLayout(preset=parsed) if parsed.startswith("all-") else \
-            MigLayout(profiles=dict(miglayout.parse_layout(parsed).as_dict()))
+        new_layout = (
+            MigLayout(preset=parsed)
+            if parsed.startswith("all-")
+            else MigLayout(profiles=dict(miglayout.parse_layout(parsed).as_dict()))
+        )
         gpu = old.model_copy(update={"layout": new_layout})
         try:
-            gpuplan.plan(gpu, next((g.model for g in (host.status.hardware.gpus if host.status.hardware else [])), None))
+            gpuplan.plan(
+                gpu, next((g.model for g in (host.status.hardware.gpus if host.status.hardware else [])), None)
+            )
         except gpuplan.PlanError as exc:
             raise RelayoutError("validate", f"{exc.reason}: {exc} (nothing was changed)", usage=True) from exc
         return gpu
 
     def _gpu_claim_pods(self) -> list[dict[str, Any]]:
-        return [p for p in self.workload.list(PODS, field_selector=f"spec.nodeName={self.node}")
-                if p.get("spec", {}).get("resourceClaims") and p.get("status", {}).get("phase") not in
-                ("Succeeded", "Failed")]
+        return [
+            p
+            for p in self.workload.list(PODS, field_selector=f"spec.nodeName={self.node}")
+            if p.get("spec", {}).get("resourceClaims")
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.timeout / 3
@@ -107,10 +123,15 @@ class Relayout:
         for pod in self._gpu_claim_pods():  # what the NoExecute eviction left: evict it ourselves
             meta = pod["metadata"]
             self.say(f"evict {meta['namespace']}/{meta['name']}")
-            self.workload.create(Res("", "v1", f"pods/{meta['name']}/{EVICTIONS}"), {
-                "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"],
-                                                                            "namespace": meta["namespace"]}},
-                meta["namespace"])
+            self.workload.create(
+                Res("", "v1", f"pods/{meta['name']}/{EVICTIONS}"),
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                },
+                meta["namespace"],
+            )
         deadline = time.monotonic() + self.timeout / 3
         while self._gpu_claim_pods():
             if time.monotonic() > deadline:
@@ -122,13 +143,18 @@ class Relayout:
         plan = gpuplan.plan(gpu, model)
         secret = self.mgmt.get(SECRETS, host.spec.robot.ssh_key_secret, self.namespace)
         hostkey = self.mgmt.get(SECRETS, f"{host.metadata['name']}{domain.OS_HOSTKEY_SECRET_SUFFIX}", self.namespace)
-        target = ansible.SSHTarget(name=str(host.metadata["name"]), address=host.status.ipv4 or "",
-                                   host_key=" ".join(secret_value(hostkey, "ssh-host-publickey", "").split()[:2]),
-                                   private_key=secret_value(secret, "ssh-privatekey", "SSH key"))
+        target = ansible.SSHTarget(
+            name=str(host.metadata["name"]),
+            address=host.status.ipv4 or "",
+            host_key=" ".join(secret_value(hostkey, "ssh-host-publickey", "").split()[:2]),
+            private_key=secret_value(secret, "ssh-privatekey", "SSH key"),
+        )
         variables = playbook_vars.PlaybookVars(
             kubernetes_version=machine.spec.kubernetes_version or "v1.36.3",
-            mig=playbook_vars.MigLayoutVars.render(plan.model, plan.spec), driver_branch=gpu.driver_branch,
-            **self.overrides)
+            mig=playbook_vars.MigLayoutVars.render(plan.model, plan.spec),
+            driver_branch=gpu.driver_branch,
+            **self.overrides,
+        )
         self.say(f"apply layout {plan.key} on {host.status.ipv4} (mig-parted via the mig_layout role)")
         result = asyncio.run(ansible.AnsibleRunner(artifacts_root=self.artifacts).prepare_node(target, variables))
         if not result.ok:
@@ -136,11 +162,18 @@ class Relayout:
             raise RelayoutError("apply", f"playbook {result.status.value} at {where}")
         self.mgmt.patch(MACHINES, str(machine.metadata["name"]), {"spec": {"gpu": gpu.wire()}}, self.namespace)
         profiles = sorted(collections.Counter(plan.expected_profiles).elements())
-        self.mgmt.patch(HOSTS, str(host.metadata["name"]), {"status": {"layout": plan.key, "migDevices": profiles}},
-                        self.namespace, sub="status")
+        self.mgmt.patch(
+            HOSTS,
+            str(host.metadata["name"]),
+            {"status": {"layout": plan.key, "migDevices": profiles}},
+            self.namespace,
+            sub="status",
+        )
 
     def _restart_plugin(self) -> None:
-        pods = self.workload.list(PODS, label_selector=self.plugin_selector, field_selector=f"spec.nodeName={self.node}")
+        pods = self.workload.list(
+            PODS, label_selector=self.plugin_selector, field_selector=f"spec.nodeName={self.node}"
+        )
         for pod in pods:
             self.say(f"restart DRA plugin pod {pod['metadata']['namespace']}/{pod['metadata']['name']}")
             self.workload.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
@@ -162,4 +195,3 @@ class Relayout:
             if time.monotonic() > deadline:
                 raise RelayoutError("verify", f"slices never showed the new layout: {verdict.message}")
             time.sleep(1)
-

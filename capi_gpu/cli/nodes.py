@@ -44,8 +44,17 @@ def relayout(args: argparse.Namespace) -> int:
     mgmt = kubeargs.connect(args)
     namespace = kubeargs.namespace(args) or "default"
     workload = _workload(args, mgmt, namespace)
-    job = Relayout(mgmt, workload, namespace, args.node, args.layout, args.artifacts_dir,
-                   Settings.load_overrides(args.playbook_vars), args.dra_plugin_selector, args.timeout)
+    job = Relayout(
+        mgmt,
+        workload,
+        namespace,
+        args.node,
+        args.layout,
+        args.artifacts_dir,
+        Settings.load_overrides(args.playbook_vars),
+        args.dra_plugin_selector,
+        args.timeout,
+    )
     try:
         job.run()
     except RelayoutError as exc:

@@ -8,7 +8,7 @@ and progress annotations are moved under the project's domain.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -40,6 +40,28 @@ def configure(op: kopf.OperatorSettings) -> None:
     op.batching.worker_limit = 200
 
 
+Loop = Callable[[Deps, str, str, Any], Awaitable[None]]
+DAEMONS: tuple[tuple[str, str, Loop], ...] = (
+    ("hetznergpuhosts", "host", host_loop.run),
+    ("hetznergpumachines", "machine", machine_loop.run),
+    ("hetznergpuclusters", "cluster", cluster_loop.run),
+    ("hetznergpumachinetemplates", "template", template_loop.run),
+    ("hetznergpuremediations", "remediation", remediation_loop.run),
+)
+
+
+def _daemon(registry: kopf.OperatorRegistry, when: Callable[..., bool], plural: str, kind: str, loop: Loop) -> None:
+    async def daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+        await loop(memo.deps, namespace or "", name, stopped)
+
+    kopf.daemon(G, V, plural, id=f"{kind}-loop", registry=registry, when=when, cancellation_timeout=10)(daemon)
+
+    async def woken(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        memo.deps.wakeups.wake(kind, namespace or "", name)
+
+    kopf.on.update(G, V, plural, id=f"{kind}-spec", registry=registry, when=when, field="spec")(woken)
+
+
 def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Factory) -> None:
     when = _filter(settings)
 
@@ -53,26 +75,21 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
         await memo.deps.robots.close()
         memo.deps.kube.close()
 
-    @kopf.daemon(G, V, "hetznergpuhosts", registry=registry, when=when, cancellation_timeout=10)
-    async def host_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
-        await host_loop.run(memo.deps, namespace or "", name, stopped)
+    for plural, kind, loop in DAEMONS:
+        _daemon(registry, when, plural, kind, loop)
+    _deletions(registry, when)
+    if settings.gate:
+        _gate(registry, when)
+    _ = (startup, cleanup)
 
-    @kopf.on.update(G, V, "hetznergpuhosts", registry=registry, when=when, field="spec")
-    async def host_spec(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        memo.deps.wakeups.wake("host", namespace or "", name)
 
+def _deletions(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:
     @kopf.on.delete(G, V, "hetznergpuhosts", registry=registry, when=when)
-    async def host_delete(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+    async def host_delete(body: kopf.Body, **_: Any) -> None:
         host = HetznerGPUHost.model_validate(dict(body))
         moving = domain.DELETE_FOR_MOVE_ANNOTATION in (body["metadata"].get("annotations") or {})
         if host.spec.consumer_ref is not None and not moving:
             raise kopf.TemporaryError(f"in use by {host.spec.consumer_ref.name}; delete the Machine first", delay=30)
-
-    @kopf.daemon(G, V, "hetznergpumachines", registry=registry, when=when, cancellation_timeout=10)
-    async def machine_daemon(
-        namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any
-    ) -> None:
-        await machine_loop.run(memo.deps, namespace or "", name, stopped)
 
     @kopf.on.delete(G, V, "hetznergpumachines", registry=registry, when=when)
     async def machine_delete(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
@@ -85,43 +102,14 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
         if ref.get("apiGroup") == G and ref.get("kind") == "HetznerGPUMachine":
             memo.deps.wakeups.wake("machine", namespace or "", ref["name"])  # e.g. bootstrap data arrived
 
-    @kopf.daemon(G, V, "hetznergpuclusters", registry=registry, when=when, cancellation_timeout=10)
-    async def cluster_daemon(
-        namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any
+    _ = (host_delete, machine_delete, capi_machine)
+
+
+def _gate(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:
+    @kopf.daemon(G, V, "hetznergpuclusters", id="gate", registry=registry, when=when, cancellation_timeout=10)
+    async def gate_daemon(
+        body: kopf.Body, namespace: str | None, stopped: kopf.DaemonStopped, memo: Any, **_: Any
     ) -> None:
-        await cluster_loop.run(memo.deps, namespace or "", name, stopped)
+        await gate_runner.run_for(memo.deps, namespace or "", body["metadata"]["name"], stopped)
 
-    @kopf.on.update(G, V, "hetznergpuclusters", registry=registry, when=when, field="spec")
-    async def cluster_spec(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        memo.deps.wakeups.wake("cluster", namespace or "", name)
-
-    @kopf.daemon(G, V, "hetznergpumachinetemplates", registry=registry, when=when, cancellation_timeout=10)
-    async def template_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any,
-                              **_: Any) -> None:
-        await template_loop.run(memo.deps, namespace or "", name, stopped)
-
-    @kopf.daemon(G, V, "hetznergpuremediations", registry=registry, when=when, cancellation_timeout=10)
-    async def remediation_daemon(namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any,
-                                 **_: Any) -> None:
-        await remediation_loop.run(memo.deps, namespace or "", name, stopped)
-
-    if settings.gate:
-
-        @kopf.daemon(G, V, "hetznergpuclusters", id="gate", registry=registry, when=when, cancellation_timeout=10)
-        async def gate_daemon(
-            body: kopf.Body, namespace: str | None, stopped: kopf.DaemonStopped, memo: Any, **_: Any
-        ) -> None:
-            await gate_runner.run_for(memo.deps, namespace or "", body["metadata"]["name"], stopped)
-
-    _ = (
-        startup,
-        cleanup,
-        host_daemon,
-        host_spec,
-        host_delete,
-        machine_daemon,
-        machine_delete,
-        capi_machine,
-        cluster_daemon,
-        cluster_spec,
-    )
+    _ = gate_daemon

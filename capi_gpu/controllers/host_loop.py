@@ -137,7 +137,9 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     decision = states.decide(ctx)
     host = await _write(deps, obj, host, decision, env)
     if reinspect and decision.status.state is HostState.INSPECTING:
-        await deps.kube.patch(HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace)
+        await deps.kube.patch(
+            HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace
+        )
     if decision.action is None:
         return decision.requeue_after
     result = await host_actions.execute(deps, host, env, decision.action, _wipe_list(obj))

@@ -76,47 +76,75 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     rem = HetznerGPURemediation.model_validate(obj)
     owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
     capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
-    st, strat, now = rem.status.model_copy(deep=True), rem.spec.strategy, deps.clock()
+    st, now = rem.status.model_copy(deep=True), deps.clock()
     if capi is None:
         return None
     host = await _host_of(deps, namespace, capi)
     node_name = ((capi.get("status") or {}).get("nodeRef") or {}).get("name")
     cluster = capi["spec"]["clusterName"]
-    note: tuple[str, str, bool] | None = None
     if host is None or host.status.state is not HostState.PROVISIONED or not node_name:
-        st.phase, note = RemediationPhase.DELETING_MACHINE, ("RemediationImpossible", "host not provisioned; "
-                                                                 "deleting the Machine so it is replaced", True)
+        st.phase = RemediationPhase.DELETING_MACHINE
+        note: Note | None = (
+            "RemediationImpossible",
+            "host not provisioned; deleting the Machine so it is replaced",
+            True,
+        )
     elif st.phase in (None, RemediationPhase.RUNNING) and st.retry_count == 0:
-        cooldown = _last_remediated(host)
-        if cooldown and now - cooldown < dt.timedelta(seconds=strat.cooldown_seconds):
-            st.phase, note = RemediationPhase.DELETING_MACHINE, ("RemediationCooldown", "reset within the cooldown; "
-                                                                     "replacing the Machine instead", True)
-        else:
-            st, note = await _send(deps, rem, host, namespace, cluster, node_name, obj)
+        st, note = await _first(deps, rem, host, namespace, cluster, node_name, obj)
     elif st.phase is RemediationPhase.WAITING:
-        node = await _node(deps, namespace, cluster, node_name)
-        waited = (now - (st.last_remediated or now)).total_seconds()
-        if _healthy(node, st.boot_id_before):
-            st.phase, note = RemediationPhase.SUCCEEDED, ("Remediated", f"node back after {waited:.0f}s (new boot id)",
-                                                          False)
-        elif waited > strat.timeout_seconds:
-            if st.retry_count < strat.retry_limit:
-                st, note = await _send(deps, rem, host, namespace, cluster, node_name, obj)
-            else:
-                st.phase = RemediationPhase.DELETING_MACHINE
-                note = ("RemediationExhausted", f"{st.retry_count} reset(s) did not help; {strat.on_exhaustion.value}", True)
-                if strat.on_exhaustion is OnExhaustion.RETIRE:
-                    await deps.kube.patch(HOSTS, str(host.metadata["name"]), {"spec": {"retired": True}}, namespace)
+        st, note = await _waiting(deps, rem, host, namespace, cluster, node_name, obj)
+    else:
+        note = None
     if st.phase is RemediationPhase.DELETING_MACHINE:
         await deps.kube.delete(CAPI_MACHINES, capi["metadata"]["name"], namespace)
-    st.conditions = c.set_condition(st.conditions, c.Type.READY, st.phase is RemediationPhase.SUCCEEDED,
-                                    (st.phase or RemediationPhase.RUNNING).value, note[1] if note else "", now)
+    st.conditions = c.set_condition(
+        st.conditions,
+        c.Type.READY,
+        st.phase is RemediationPhase.SUCCEEDED,
+        (st.phase or RemediationPhase.RUNNING).value,
+        note[1] if note else "",
+        now,
+    )
     if st.model_dump() != rem.status.model_dump():
-        await deps.kube.patch(REMEDIATIONS, name, {"status": st.model_dump(by_alias=True, mode="json")}, namespace,
-                              sub="status")
+        await deps.kube.patch(
+            REMEDIATIONS, name, {"status": st.model_dump(by_alias=True, mode="json")}, namespace, sub="status"
+        )
     if note:
         events.emit(obj, note[0], note[1], note[2])
     return None if st.phase in (RemediationPhase.SUCCEEDED, RemediationPhase.DELETING_MACHINE) else 10.0
+
+
+Note = tuple[str, str, bool]
+
+
+async def _first(
+    deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, namespace: str, cluster: str, node_name: str, obj: Obj
+) -> tuple[Any, Note]:
+    cooldown = _last_remediated(host)
+    if cooldown and deps.clock() - cooldown < dt.timedelta(seconds=rem.spec.strategy.cooldown_seconds):
+        st = rem.status.model_copy(deep=True)
+        st.phase = RemediationPhase.DELETING_MACHINE
+        return st, ("RemediationCooldown", "reset within the cooldown; replacing the Machine instead", True)
+    return await _send(deps, rem, host, namespace, cluster, node_name, obj)
+
+
+async def _waiting(
+    deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, namespace: str, cluster: str, node_name: str, obj: Obj
+) -> tuple[Any, Note | None]:
+    st, strat, now = rem.status.model_copy(deep=True), rem.spec.strategy, deps.clock()
+    node = await _node(deps, namespace, cluster, node_name)
+    waited = (now - (st.last_remediated or now)).total_seconds()
+    if _healthy(node, st.boot_id_before):
+        st.phase = RemediationPhase.SUCCEEDED
+        return st, ("Remediated", f"node back after {waited:.0f}s (new boot id)", False)
+    if waited <= strat.timeout_seconds:
+        return st, None
+    if st.retry_count < strat.retry_limit:
+        return await _send(deps, rem, host, namespace, cluster, node_name, obj)
+    st.phase = RemediationPhase.DELETING_MACHINE
+    if strat.on_exhaustion is OnExhaustion.RETIRE:
+        await deps.kube.patch(HOSTS, str(host.metadata["name"]), {"spec": {"retired": True}}, namespace)
+    return st, ("RemediationExhausted", f"{st.retry_count} reset(s) did not help; {strat.on_exhaustion.value}", True)
 
 
 def _last_remediated(host: HetznerGPUHost) -> dt.datetime | None:
@@ -125,8 +153,9 @@ def _last_remediated(host: HetznerGPUHost) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value) if value else None
 
 
-async def _send(deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, namespace: str, cluster: str,
-                node_name: str, obj: Obj) -> tuple[Any, tuple[str, str, bool]]:
+async def _send(
+    deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, namespace: str, cluster: str, node_name: str, obj: Obj
+) -> tuple[Any, tuple[str, str, bool]]:
     st = rem.status.model_copy(deep=True)
     node = await _node(deps, namespace, cluster, node_name)
     st.boot_id_before = ((node or {}).get("status", {}).get("nodeInfo") or {}).get("bootID")
@@ -134,15 +163,27 @@ async def _send(deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, na
     st.last_remediated = deps.clock()
     st.phase = RemediationPhase.WAITING
     # Recorded before sending: a restart waits for this reset instead of sending another.
-    await deps.kube.patch(REMEDIATIONS, str(rem.metadata["name"]), {"status": st.model_dump(by_alias=True, mode="json")},
-                          namespace, sub="status")
-    await deps.kube.patch(HOSTS, str(host.metadata["name"]), {"metadata": {"annotations": {
-        f"{domain.DOMAIN}/last-remediated": st.last_remediated.isoformat()}}}, namespace)
+    await deps.kube.patch(
+        REMEDIATIONS,
+        str(rem.metadata["name"]),
+        {"status": st.model_dump(by_alias=True, mode="json")},
+        namespace,
+        sub="status",
+    )
+    await deps.kube.patch(
+        HOSTS,
+        str(host.metadata["name"]),
+        {"metadata": {"annotations": {f"{domain.DOMAIN}/last-remediated": st.last_remediated.isoformat()}}},
+        namespace,
+    )
     error = await _reset(deps, host, namespace)
     if error:
         return st, ("ResetFailed", f"Robot hw reset of server {host.spec.server_number} failed: {error}", True)
-    return st, ("ResetSent", f"Robot hw reset {st.retry_count}/{rem.spec.strategy.retry_limit} of server "
-                f"{host.spec.server_number}", False)
+    return st, (
+        "ResetSent",
+        f"Robot hw reset {st.retry_count}/{rem.spec.strategy.retry_limit} of server {host.spec.server_number}",
+        False,
+    )
 
 
 async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:

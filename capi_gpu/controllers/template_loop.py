@@ -46,20 +46,34 @@ def capacity(hosts: list[HetznerGPUHost]) -> dict[str, str] | None:
         return None
     cpu = min(x.cpu_threads for x in hw)
     mem = min(x.memory_mib for x in hw)
-    disk = min((min((d.size_bytes for d in x.disks), default=0) for x in hw))
+    disk = min(min((d.size_bytes for d in x.disks), default=0) for x in hw)
     gpus = min(len(x.gpus) for x in hw)
-    return {"cpu": str(cpu), "memory": f"{mem}Mi", "ephemeral-storage": f"{disk // (1024 ** 3)}Gi",
-            "nvidia.com/gpu": str(gpus)}
+    return {
+        "cpu": str(cpu),
+        "memory": f"{mem}Mi",
+        "ephemeral-storage": f"{disk // (1024**3)}Gi",
+        "nvidia.com/gpu": str(gpus),
+    }
 
 
-def standby_changes(tpl_name: str, tpl: HetznerGPUMachineTemplate, hosts: list[HetznerGPUHost]
-                    ) -> tuple[list[HetznerGPUHost], list[HetznerGPUHost]]:
+def standby_changes(
+    tpl_name: str, tpl: HetznerGPUMachineTemplate, hosts: list[HetznerGPUHost]
+) -> tuple[list[HetznerGPUHost], list[HetznerGPUHost]]:
     """(hosts to put on standby, hosts to take off), pure."""
     size = tpl.spec.standby.size if tpl.spec.standby else 0
-    mine = [h for h in hosts if h.spec.standby is not None and h.spec.standby.template == tpl_name
-            and h.spec.consumer_ref is None]
-    free = [h for h in hosts if h.spec.standby is None and h.spec.consumer_ref is None and not h.spec.maintenance_mode
-            and h.status.state is HostState.AVAILABLE]
+    mine = [
+        h
+        for h in hosts
+        if h.spec.standby is not None and h.spec.standby.template == tpl_name and h.spec.consumer_ref is None
+    ]
+    free = [
+        h
+        for h in hosts
+        if h.spec.standby is None
+        and h.spec.consumer_ref is None
+        and not h.spec.maintenance_mode
+        and h.status.state is HostState.AVAILABLE
+    ]
     if len(mine) < size:
         return sorted(free, key=lambda h: h.spec.server_number)[: size - len(mine)], []
     # Too many: release the least prepared first.
@@ -76,11 +90,19 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     hosts = _matching(tpl, [HetznerGPUHost.model_validate(h) for h in await deps.kube.list(HOSTS, namespace)])
     add, remove = standby_changes(name, tpl, hosts)
     spec = tpl.spec.template.spec
-    standby = HostStandby(install_image=spec.install_image, gpu=spec.gpu or HostStandby().gpu,
-                          kubernetes_version=spec.kubernetes_version or "v1.36.3", template=name)
+    standby = HostStandby(
+        install_image=spec.install_image,
+        gpu=spec.gpu or HostStandby().gpu,
+        kubernetes_version=spec.kubernetes_version or "v1.36.3",
+        template=name,
+    )
     for h in add:
-        await deps.kube.patch(HOSTS, str(h.metadata["name"]), {"metadata": {"resourceVersion": h.metadata["resourceVersion"]},
-                                                               "spec": {"standby": standby.wire()}}, namespace)
+        await deps.kube.patch(
+            HOSTS,
+            str(h.metadata["name"]),
+            {"metadata": {"resourceVersion": h.metadata["resourceVersion"]}, "spec": {"standby": standby.wire()}},
+            namespace,
+        )
         deps.wakeups.wake("host", namespace, str(h.metadata["name"]))
         events.emit(obj, "StandbyAdded", f"{h.metadata['name']} joins the standby pool")
     for h in remove:
@@ -92,22 +114,36 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     cap = capacity(hosts)
     status.capacity, status.matching_hosts = cap, len(hosts)
     status.node_info = NodeInfo(architecture=Architecture.AMD64, operating_system="linux")
-    ready_standby = sum(1 for h in hosts if h.status.state is HostState.STANDBY and h.spec.standby is not None
-                        and h.spec.standby.template == name)
+    ready_standby = sum(
+        1
+        for h in hosts
+        if h.status.state is HostState.STANDBY and h.spec.standby is not None and h.spec.standby.template == name
+    )
     status.standby_hosts = ready_standby
     metrics.STANDBY_HOSTS.labels(template=f"{namespace}/{name}").set(ready_standby)
     status.conditions = c.set_condition(
-        status.conditions, c.Type.CAPACITY_KNOWN, cap is not None,
+        status.conditions,
+        c.Type.CAPACITY_KNOWN,
+        cap is not None,
         c.Reason.CAPACITY_FROM_HOSTS if cap else c.Reason.NO_HOSTS,
-        f"minimum of {len(hosts)} matching hosts" if cap else "no inspected host matches the hostSelector", now, gen)
+        f"minimum of {len(hosts)} matching hosts" if cap else "no inspected host matches the hostSelector",
+        now,
+        gen,
+    )
     size = tpl.spec.standby.size if tpl.spec.standby else 0
     status.conditions = c.set_condition(
-        status.conditions, c.Type.STANDBY_POOL_READY, ready_standby >= size,
+        status.conditions,
+        c.Type.STANDBY_POOL_READY,
+        ready_standby >= size,
         c.Reason.READY if ready_standby >= size else c.Reason.STANDBY_SHORT,
-        f"{ready_standby}/{size} standby hosts prepared", now, gen)
+        f"{ready_standby}/{size} standby hosts prepared",
+        now,
+        gen,
+    )
     if status.model_dump() != tpl.status.model_dump():
-        await deps.kube.patch(TEMPLATES, name, {"status": status.model_dump(by_alias=True, mode="json")}, namespace,
-                              sub="status")
+        await deps.kube.patch(
+            TEMPLATES, name, {"status": status.model_dump(by_alias=True, mode="json")}, namespace, sub="status"
+        )
     return 30.0
 
 

@@ -129,7 +129,9 @@ def _run_script(path: Path) -> int:
 
 
 JINJA_HEADER = "## template: jinja"
-_JINJA_VAR = re.compile(r"\{\{\s*(ds\.meta_data|v1)\.([A-Za-z0-9_]+)\s*\}\}|\{\{\s*ds\.meta_data\[['\"]([^'\"]+)['\"]\]\s*\}\}")
+_JINJA_VAR = re.compile(
+    r"\{\{\s*(ds\.meta_data|v1)\.([A-Za-z0-9_]+)\s*\}\}|\{\{\s*ds\.meta_data\[['\"]([^'\"]+)['\"]\]\s*\}\}"
+)
 
 
 def _render_jinja(text: str, meta: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from capi_gpu.provisioning import outcomes
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult, Observations, Timing
 
 A = ActionKind
-P, I = HostState.PROVISIONING, HostState.INSPECTING
+P, INS = HostState.PROVISIONING, HostState.INSPECTING
 
 
 def act_then(h, result, obs=None, **ctx):  # type: ignore[no-untyped-def]
@@ -27,15 +27,15 @@ def act_then(h, result, obs=None, **ctx):  # type: ignore[no-untyped-def]
 
 def test_rescue_activation_records_keys_and_sent() -> None:
     key = RescueHostKey(type="ED25519", fingerprint="bb:" * 15 + "bb")
-    action, d = act_then(host(I, Step.RESCUE), ActionResult.ok(rescue_keys=(key,)), Observations())
+    action, d = act_then(host(INS, Step.RESCUE), ActionResult.ok(rescue_keys=(key,)), Observations())
     assert action.kind is A.ACTIVATE_RESCUE
     assert d.status.host_keys.rescue == [key]
     assert d.status.operations[-1].outcome == "Sent" and d.status.operations[-1].completed_at is not None
 
 
 def test_deferred_marks_not_sent_and_the_next_decision_retries() -> None:
-    h = host(I, Step.RESCUE)
-    action, d = act_then(h, ActionResult.deferred(42.0, "robot budget"), Observations())
+    h = host(INS, Step.RESCUE)
+    _, d = act_then(h, ActionResult.deferred(42.0, "robot budget"), Observations())
     assert d.status.operations[-1].outcome == "Deferred" and d.requeue_after == 42.0
     again = decide(h.model_copy(update={"status": d.status}), Observations(), now=T0 + timedelta(seconds=60))
     assert again.action is not None and again.action.kind is A.ACTIVATE_RESCUE
@@ -43,7 +43,7 @@ def test_deferred_marks_not_sent_and_the_next_decision_retries() -> None:
 
 def test_inspect_result_makes_the_host_available_with_hardware() -> None:
     hw = HardwareDetails(cpu_threads=48, memory_mib=262144)
-    _, d = act_then(with_keys(host(I, Step.INSPECT)), ActionResult.ok(hardware=hw), Observations())
+    _, d = act_then(with_keys(host(INS, Step.INSPECT)), ActionResult.ok(hardware=hw), Observations())
     assert (d.status.state, d.status.step, d.status.hardware) == (HostState.AVAILABLE, None, hw)
 
 

@@ -23,7 +23,7 @@ from capi_gpu.provisioning.model import (
 
 M = timedelta(minutes=1)
 S = timedelta(seconds=1)
-R, I, P, SP = HostState.REGISTERING, HostState.INSPECTING, HostState.PROVISIONING, HostState.STANDBY_PREPARING
+R, INS, P, SP = HostState.REGISTERING, HostState.INSPECTING, HostState.PROVISIONING, HostState.STANDBY_PREPARING
 A = ActionKind
 
 
@@ -45,7 +45,7 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         None,
         None,
     ),
-    ("reg-ready-inspects", host(R), Observations(server=SERVER), {}, I, Step.RESCUE, None),
+    ("reg-ready-inspects", host(R), Observations(server=SERVER), {}, INS, Step.RESCUE, None),
     (
         "reg-maintenance",
         host(R, spec={"maintenance_mode": True}),
@@ -66,33 +66,33 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         None,
     ),
     # Inspecting / rescue
-    ("rescue-activate-first", host(I, Step.RESCUE), Observations(), {}, I, Step.RESCUE, A.ACTIVATE_RESCUE),
+    ("rescue-activate-first", host(INS, Step.RESCUE), Observations(), {}, INS, Step.RESCUE, A.ACTIVATE_RESCUE),
     (
         "rescue-then-sw-reset",
-        in_rescue(host(I, Step.RESCUE, ops=[("activate-rescue", S, "Sent")])),
+        in_rescue(host(INS, Step.RESCUE, ops=[("activate-rescue", S, "Sent")])),
         Observations(ssh=ssh(SSHOutcome.TIMEOUT)),
         {},
-        I,
+        INS,
         Step.RESCUE,
         A.RESET_SW,
     ),
     (
         "rescue-os-up-ssh-reboot",
-        in_rescue(host(I, Step.RESCUE, ops=[("activate-rescue", S, "Sent")])),
+        in_rescue(host(INS, Step.RESCUE, ops=[("activate-rescue", S, "Sent")])),
         Observations(ssh=ssh(SSHOutcome.KEY_MISMATCH, presented=PresentedKey.OS)),
         {},
-        I,
+        INS,
         Step.RESCUE,
         A.SSH_REBOOT,
     ),
     (
         "rescue-waits-in-window",
         in_rescue(
-            host(I, Step.RESCUE, started=5 * M, ops=[("activate-rescue", 5 * M, "Sent"), ("reset-sw", 4 * M, "Sent")])
+            host(INS, Step.RESCUE, started=5 * M, ops=[("activate-rescue", 5 * M, "Sent"), ("reset-sw", 4 * M, "Sent")])
         ),
         Observations(ssh=ssh(SSHOutcome.TIMEOUT)),
         {},
-        I,
+        INS,
         Step.RESCUE,
         None,
     ),
@@ -100,12 +100,12 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         "rescue-escalates-to-hw",
         in_rescue(
             host(
-                I, Step.RESCUE, started=12 * M, ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")]
+                INS, Step.RESCUE, started=12 * M, ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")]
             )
         ),
         Observations(ssh=ssh(SSHOutcome.TIMEOUT), rescue_active=True),
         {},
-        I,
+        INS,
         Step.RESCUE,
         A.RESET_HW,
     ),
@@ -113,12 +113,12 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         "rescue-reactivates-before-hw",
         in_rescue(
             host(
-                I, Step.RESCUE, started=12 * M, ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")]
+                INS, Step.RESCUE, started=12 * M, ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")]
             )
         ),
         Observations(ssh=ssh(SSHOutcome.TIMEOUT), rescue_active=False),
         {},
-        I,
+        INS,
         Step.RESCUE,
         A.ACTIVATE_RESCUE,
     ),
@@ -126,7 +126,7 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         "rescue-ladder-exhausted",
         in_rescue(
             host(
-                I,
+                INS,
                 Step.RESCUE,
                 started=30 * M,
                 ops=[("activate-rescue", 30 * M, "Sent"), ("reset-sw", 25 * M, "Sent"), ("reset-hw", 11 * M, "Sent")],
@@ -140,16 +140,16 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
     ),
     (
         "rescue-arrived-inspect",
-        in_rescue(host(I, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
+        in_rescue(host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
         Observations(ssh=ssh()),
         {},
-        I,
+        INS,
         Step.INSPECT,
         None,
     ),
     (
         "rescue-key-swapped",
-        in_rescue(host(I, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
+        in_rescue(host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
         Observations(ssh=ssh(SSHOutcome.KEY_MISMATCH, presented=PresentedKey.UNKNOWN), rescue_active=False),
         {},
         HostState.ERROR,
@@ -158,36 +158,43 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
     ),
     (
         "rescue-old-os-unknown-key-waits",
-        in_rescue(host(I, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
+        in_rescue(host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
         Observations(ssh=ssh(SSHOutcome.KEY_MISMATCH, presented=PresentedKey.UNKNOWN)),
         {},
-        I,
+        INS,
         Step.RESCUE,
         None,
     ),
     (
         "rescue-same-boot-waits",
         in_rescue(
-            host(I, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")], boot_id="b1")
+            host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")], boot_id="b1")
         ),
         Observations(ssh=ssh(boot_id="b1")),
         {},
-        I,
+        INS,
         Step.RESCUE,
         None,
     ),
     (
         "rescue-crash-before-keys",
-        host(I, Step.RESCUE, ops=[("activate-rescue", S, None)]),
+        host(INS, Step.RESCUE, ops=[("activate-rescue", S, None)]),
         Observations(),
         {},
-        I,
+        INS,
         Step.RESCUE,
         None,
     ),
-    ("rescue-crash-keys-read-back", host(I, Step.RESCUE, ops=[("activate-rescue", S, None)]),
-     Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)), {}, I, Step.RESCUE, None),
-    ("inspect-acts", in_rescue(host(I, Step.INSPECT)), Observations(), {}, I, Step.INSPECT, A.INSPECT),
+    (
+        "rescue-crash-keys-read-back",
+        host(INS, Step.RESCUE, ops=[("activate-rescue", S, None)]),
+        Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)),
+        {},
+        INS,
+        Step.RESCUE,
+        None,
+    ),
+    ("inspect-acts", in_rescue(host(INS, Step.INSPECT)), Observations(), {}, INS, Step.INSPECT, A.INSPECT),
     # Available / standby
     ("avail-idle", host(HostState.AVAILABLE), Observations(), {}, HostState.AVAILABLE, None, None),
     ("avail-claimed", host(HostState.AVAILABLE), Observations(claimed=True), {}, P, Step.RESCUE, None),
@@ -621,12 +628,12 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
             Step.INSPECT,
             error_count=1,
             last_error_at=T0 - 2 * M,
-            resume_state=I,
+            resume_state=INS,
             resume_step=Step.RESCUE,
         ),
         Observations(),
         {},
-        I,
+        INS,
         Step.RESCUE,
         None,
     ),
@@ -666,7 +673,7 @@ def test_every_state_and_step_has_a_row() -> None:
 
 def test_permanent_errors_never_requeue_and_retryable_ones_back_off() -> None:
     perm = decide(
-        in_rescue(host(I, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
+        in_rescue(host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * M, "Sent"), ("reset-sw", M, "Sent")])),
         Observations(ssh=ssh(SSHOutcome.KEY_MISMATCH, presented=PresentedKey.UNKNOWN), rescue_active=False),
     )
     assert perm.status.error_permanent and perm.requeue_after is None
@@ -715,7 +722,9 @@ def test_recorded_installimage_is_restarted_only_when_the_server_proves_it_never
 
 
 def test_rescue_keys_read_back_after_a_crash_mark_the_activation_sent() -> None:
-    d = decide(host(I, Step.RESCUE, ops=[("activate-rescue", S, None)]),
-               Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)))
+    d = decide(
+        host(INS, Step.RESCUE, ops=[("activate-rescue", S, None)]),
+        Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)),
+    )
     assert d.status.host_keys.rescue == [RESCUE_KEY]
     assert d.status.operations[-1].outcome == "Sent" and d.action is None
