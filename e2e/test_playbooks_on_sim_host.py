@@ -78,7 +78,7 @@ class Node:
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
     repo = aptrepo.ensure_repo(KUBERNETES_VERSION, "580")
-    with fleet.Fleet(fleet.FleetConfig(hosts=0, first_server_number=2_100_001)) as sim:
+    with fleet.Fleet(fleet.FleetConfig(hosts=0, first_server_number=2_100_001, apt_repo=repo)) as sim:
         yield World(sim, repo)
 
 
@@ -117,8 +117,7 @@ def node_factory(world: World, tmp_path: Path) -> Iterator[Any]:
         assert host.wait_state(simhost.State.OFF, timeout=60)
         host_key, client = keys.generate(), keys.generate()
         name = f"gex131-{len(made)}"
-        install_os(host, name, host_key, client)
-        aptrepo.install_into(world.repo, host.disk_dir / "upper")
+        install_os(host, name, host_key, client)  # the fleet binds the apt repository into every disk boot
         if gpu_knobs:
             lib = host.disk_dir / "upper" / "var" / "lib" / "gpu-shim"
             lib.mkdir(parents=True)

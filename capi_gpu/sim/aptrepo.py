@@ -10,7 +10,9 @@ repo, the container toolkit repo, Docker's, pkgs.k8s.io), so each role points at
 
 Built once per content hash and cached under ``~/.cache/capi-gpu/apt/<hash>/`` (built in a temporary
 directory under a lock, then renamed). The guest sees it at ``GUEST_DIR`` (``/srv/capi-gpu-apt``):
-``install_into`` copies it into a guest root, or a host boot may bind-mount ``repo_dir`` there read-only.
+``FleetConfig.apt_repo`` has the fleet bind-mount ``repo_dir`` there read-only in every boot of a host's disk
+(nothing copied per host, and an install that resets the disk keeps it); ``install_into`` copies it into
+a guest root instead.
 ``playbook_repositories`` gives the ``PlaybookVars`` fields that point the roles at it.
 """
 

@@ -10,6 +10,10 @@ CLI's signal handlers) → the slot registry and ``cleanup_stale()`` for crashes
 Boot decisions: a Robot reset arrives as ``on_reset(number, kind, BootTarget)``; a reboot from inside
 the guest asks Robot what the next boot is (``RobotSim.consume_boot_target``: rescue if an activation
 is pending, consumed as on a real server). Without a Robot simulator every boot is the disk.
+
+The local apt repository (``FleetConfig.apt_repo``) is shared, not copied: every boot of a host's disk
+binds it read-only at ``aptrepo.GUEST_DIR``, so a controller points the playbooks at it with
+``aptrepo.playbook_repositories(repo)`` on any host, freshly installed or not.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capi_gpu.sim import host_shims, robot_hooks
+from capi_gpu.sim import aptrepo, host_shims, robot_hooks
 from capi_gpu.sim.hosts import boot, hardware, names, netns, registry, rootfs, targets, views
 from capi_gpu.sim.hosts.host import Host, HostConfig, Running
 
@@ -44,6 +48,9 @@ class FleetConfig:
     gpu_device_id: str = hardware.DEFAULT_GPU_DEVICE_ID
     host: HostConfig = field(default_factory=HostConfig)
     slot: int | None = None  # pin a slot (tests of the registry); default: first free
+    # The local apt repository (``aptrepo.ensure_repo``), bound read-only at ``aptrepo.GUEST_DIR`` in every
+    # boot of a disk, so ``aptrepo.playbook_repositories(repo)`` works on any host; None: no repository.
+    apt_repo: aptrepo.AptRepo | None = None
 
 
 class Fleet:
@@ -77,7 +84,7 @@ class Fleet:
             netns.check_network_free(slot)
             self.rootfs_report = rootfs.ensure_rootfs()
             self._base = self.rootfs_report.path
-            self._layers = views.build_layers(self.state_dir / "layers")
+            self._layers = views.build_layers(self.state_dir / "layers", tuple(g for _, g in self._disk_binds()))
             self._inner = boot.write_inner(self.state_dir / "boot-inner.sh")
             if self.robot is not None:
                 self.robot.power_hook = self
@@ -114,6 +121,10 @@ class Fleet:
                 }
             )
 
+    def _disk_binds(self) -> tuple[tuple[Path, str], ...]:
+        repo = self.config.apt_repo
+        return () if repo is None else ((repo.repo_dir, aptrepo.GUEST_DIR),)
+
     def add_host(self, server_number: int, register: bool = True) -> Host:
         with self._lock:
             index = len(self.hosts)
@@ -128,6 +139,7 @@ class Fleet:
                 hardware.gex131(server_number, self.config.gpu_device_id),
                 self._next_boot,
                 self.config.host,
+                disk_binds=self._disk_binds(),
             )
             self.hosts[server_number] = host
             self._record()

@@ -1,8 +1,9 @@
 """Fixtures for tests on the simulated fleet: a Robot simulator, a fleet behind it, rescue boots.
 
 A test gets a running host with ``fleet`` (one GEX131 behind ``robot``; the host starts in its previous
-OS) and a booted rescue system with ``rescue`` (key registered in Robot, rescue activated, hw reset,
-sshd up, the pin built from Robot's ``host_key`` answer). Time is compressed (Robot's clock, 600x), so
+OS; the local apt repository is bound into its disk boots) and a booted rescue system with ``rescue``
+(key registered in Robot, rescue activated, hw reset, sshd up, the pin built from Robot's ``host_key``
+answer). Time is compressed (Robot's clock, 600x), so
 a 330 s reset is about half a second. Everything here needs root; every fleet is torn down even when
 the test fails (``Fleet.close`` via the fixture, then the registry sweep).
 """
@@ -15,12 +16,14 @@ from collections.abc import Iterator
 import pytest
 from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 
+from capi_gpu.sim import aptrepo
 from capi_gpu.sim.fleet import Fleet, FleetConfig
 from capi_gpu.sim.hosts import keys, registry
 from capi_gpu.sim.hosts.host import HostConfig
 from capi_gpu.sim.robot import RobotSim
 
 COMPRESSION = 600.0
+KUBERNETES_VERSION = "v1.36.3"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -46,9 +49,14 @@ def robot() -> Iterator[RobotSim]:
         sim.stop()
 
 
+@pytest.fixture(scope="session")
+def apt_repo() -> aptrepo.AptRepo:
+    return aptrepo.ensure_repo(KUBERNETES_VERSION, "580")
+
+
 @pytest.fixture
-def fleet(robot: RobotSim) -> Iterator[Fleet]:
-    with Fleet(FleetConfig(hosts=1, host=HostConfig()), robot=robot) as f:
+def fleet(robot: RobotSim, apt_repo: aptrepo.AptRepo) -> Iterator[Fleet]:
+    with Fleet(FleetConfig(hosts=1, host=HostConfig(), apt_repo=apt_repo), robot=robot) as f:
         assert f.host().wait_up(BOOT_TIMEOUT_S), "the previous OS never came up"
         yield f
 

@@ -1,8 +1,10 @@
 """installimage in the simulated rescue system and the boot targets around it: malformed /autosetup is
 rejected with installimage's messages, a good one plus post-install boots an OS with the pinned key and
-the NoCloud seed, resets switch rescue/OS (hostname, boot id), a reboot from inside the OS boots what
-Robot has armed (rescue once, then the disk), installimage survives a dropped session,
-and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the hardware knobs."""
+the NoCloud seed, the local apt repository is bound read-only into every disk boot (previous OS, and the
+installed one after installimage reset the disk), resets switch rescue/OS (hostname, boot id), a reboot
+from inside the OS boots what Robot has armed (rescue once, then the disk), installimage survives a
+dropped session, and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the
+hardware knobs."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import pytest
 from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 
 from capi_gpu.provisioning import hostfacts, ssh, sshtransport
+from capi_gpu.sim import aptrepo
 from capi_gpu.sim.fleet import Fleet
 from capi_gpu.sim.hosts import keys
-from capi_gpu.sim.hosts.host import Running
+from capi_gpu.sim.hosts.host import Host, Running
 
 IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
 
@@ -58,6 +61,15 @@ def wait_install(shell: ssh.ParamikoShell, timeout: float = 60) -> ssh.InstallIm
             return st
         time.sleep(0.2)
     raise AssertionError("installimage did not finish")
+
+
+def assert_apt_repo_bound(host: Host) -> None:
+    """The fleet's apt repository at its guest path, read-only, and not a copy on the host's disk."""
+    listing = host.exec(["cat", f"{aptrepo.GUEST_DIR}/kubernetes/Packages"])
+    assert listing.returncode == 0 and b"Package: kubeadm" in listing.stdout, listing.stderr
+    write = host.exec(["touch", f"{aptrepo.GUEST_DIR}/x"])
+    assert write.returncode != 0 and b"Read-only file system" in write.stderr
+    assert not (host.disk_dir / "upper" / aptrepo.GUEST_DIR.lstrip("/")).exists()
 
 
 BAD = [
@@ -137,6 +149,7 @@ def test_install_reboot_and_resets_switch_boot_targets(
     assert host.read_file("/root/runcmd.out") == b"ran\n"
     assert b"local-hostname: bm-gpu-1" in (host.read_file("/var/lib/cloud/seed/nocloud-net/meta-data") or b"")
     assert host.read_file("/installimage.conf") is not None
+    assert_apt_repo_bound(host)  # the install reset the disk; the repository is a mount of every boot
     with pytest.raises(ssh.HostKeyMismatch):
         rescue.shell(client_key).hostname()  # the rescue pin on the installed OS
     again = boot_rescue(host, robot_api, client_key)
@@ -156,6 +169,7 @@ def test_a_reboot_from_inside_the_os_boots_what_robot_has_armed(
 ) -> None:
     host = fleet.host()
     assert host.running is Running.PREVIOUS
+    assert_apt_repo_bound(host)
     activation = robot_api.activate_rescue(host.server_number, [robot_api.add_key("e2e", client_key.public_line)])
     before = host.boot_count()
     host.exec(["systemctl", "reboot"])  # no Robot reset: the fleet asks Robot what boots now

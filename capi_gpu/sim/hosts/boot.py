@@ -10,7 +10,10 @@ The guest gets: the overlay as root; proc with a read-only ``/proc/sys`` (its ne
 bound over ``/proc/sys/kernel/random/boot_id`` (a reboot shows as a new boot id); ``/proc/sysrq-trigger``
 masked; read-only sysfs; tmpfs ``/run``; a private tmpfs ``/dev`` with a few bound device nodes, a new
 devpts instance and fake disk nodes (so nothing in the guest can see or write the real disks);
-``/run/sim/hw`` (the hardware description, read-only); for systemd a cgroup2 mount of its own cgroup.
+``/run/sim/hw`` (the hardware description, read-only); the plan's read-only binds (``ro_binds``: files
+and directories of the test machine, e.g. the local apt repository, mounted at every boot so nothing is
+copied per host and an install that resets the disk cannot lose them); for systemd a cgroup2 mount of its
+own cgroup.
 Capabilities that reach the kernel (modules, raw I/O, clock, bpf, mknod...) are dropped from the
 bounding set with setpriv. There is no user namespace: this contains accidents, not hostile code.
 
@@ -95,6 +98,14 @@ while read -r name links; do
 done <"$SIM_BOOT/disks"
 mount --bind "$SIM_HW" "$R/run/sim/hw"
 mount -o remount,bind,ro "$R/run/sim/hw"
+# Read-only windows onto test-machine files (the local apt repository...): "<source>\t<guest path>" lines.
+# A mount point the lower layers lack is created, which writes it into the upper dir: give them one.
+while IFS=$'\t' read -r src dst; do
+  [ -n "$src" ] || continue
+  if [ -d "$src" ]; then mkdir -p "$R$dst"; elif [ ! -e "$R$dst" ]; then mkdir -p "$(dirname "$R$dst")"; : >"$R$dst"; fi
+  mount --bind "$src" "$R$dst"
+  mount -o remount,bind,ro "$R$dst"
+done <"$SIM_BOOT/binds"
 if [ -n "${SIM_DISK_DIR:-}" ]; then
   mkdir -p "$R/run/sim/disk" "$R/run/sim/image" "$R/run/sim/image-extra"
   mount --bind "$SIM_DISK_DIR" "$R/run/sim/disk"
@@ -134,6 +145,15 @@ class BootPlan:
     disk_dir: Path | None = None  # rescue only: the host's "disk" (installed view's layers)
     base: Path | None = None
     image_layer: Path | None = None
+    ro_binds: tuple[tuple[Path, str], ...] = ()  # (test-machine path, guest path), bound read-only
+
+
+def write_binds(plan: BootPlan) -> None:
+    """The boot script's read-only bind list; paths with a tab or newline can't be expressed."""
+    for src, dst in plan.ro_binds:
+        if any(c in f"{src}{dst}" for c in "\t\n") or not dst.startswith("/"):
+            raise ValueError(f"bind {src} -> {dst}: absolute guest path without tabs or newlines required")
+    (plan.boot_dir / "binds").write_text("".join(f"{src}\t{dst}\n" for src, dst in plan.ro_binds))
 
 
 def write_inner(path: Path) -> Path:
@@ -147,6 +167,7 @@ def launch(plan: BootPlan, inner: Path) -> subprocess.Popen[bytes]:
     cg = cgroups.ensure(plan.cgroup)
     for d in (plan.root, plan.upper, plan.work):
         d.mkdir(parents=True, exist_ok=True)
+    write_binds(plan)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "SIM_ROOT": str(plan.root),

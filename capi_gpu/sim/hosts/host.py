@@ -93,6 +93,8 @@ class Host(guest.GuestSide):
     resolver: Resolver
     config: HostConfig = field(default_factory=HostConfig)
     never_boot_again: bool = False
+    # Read-only (test-machine path, guest path) binds into every boot of the disk (the local apt repo).
+    disk_binds: tuple[tuple[Path, str], ...] = ()
 
     def __post_init__(self) -> None:
         self._lock = threading.Condition()
@@ -322,6 +324,7 @@ class Host(guest.GuestSide):
                 self.disk_dir / "work",
                 boot_dir,
                 self.hw_dir,
+                ro_binds=self.disk_binds,
             )
             running = Running.PREVIOUS if info.get("previous") else Running.INSTALLED
         self._mode = plan.mode

@@ -64,8 +64,9 @@ def write_files(root: Path, files: dict[str, host_shims.GuestFile]) -> None:
             target.chmod(f.mode)
 
 
-def build_layers(layers: Path) -> tuple[Path, Path]:
-    """(rescue layer, image layer) for one fleet."""
+def build_layers(layers: Path, mount_points: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """(rescue layer, image layer) for one fleet; ``mount_points`` are empty directories in the image layer
+    for what a boot binds into the installed OS, so that binding them never writes into a host's disk."""
     rescue, image = layers / "rescue", layers / "image"
     for d in (rescue, image):
         if d.exists():
@@ -80,6 +81,8 @@ def build_layers(layers: Path) -> tuple[Path, Path]:
     (rescue / "etc" / "motd").write_text("\n  Welcome to the Hetzner Rescue System (simulated).\n\n")
     os.chmod(rescue / "root", 0o700)
     write_files(image, host_shims.installed_files())
+    for point in mount_points:
+        (image / point.lstrip("/")).mkdir(parents=True, exist_ok=True)
     return rescue, image
 
 
