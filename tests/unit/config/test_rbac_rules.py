@@ -13,7 +13,7 @@ from typing import Any
 import config_helpers as h
 import yaml
 
-from capi_gpu import domain
+from capi_gpu import domain, kube
 from capi_gpu.kube import Res
 
 SA = "capi-gpu-controller-manager"
@@ -25,6 +25,7 @@ VERBS = {
     "watch": ["watch"],
     "create": ["create"],
     "patch": ["patch"],
+    "apply_patch": ["patch"],  # server-side apply is a PATCH
     "replace": ["update"],
     "delete": ["delete"],
     "apply": ["create", "patch"],
@@ -35,6 +36,9 @@ KOPF_PATCHES = {"daemon", "delete", "update", "create", "resume", "timer", "fiel
 SCANNED = [h.REPO / "capi_gpu" / "controllers", h.REPO / "capi_gpu" / "readiness"]
 
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
+OUR_PLURALS = {
+    yaml.safe_load(p.read_text())["spec"]["names"]["plural"] for p in (h.REPO / "crds").glob(f"{domain.GROUP}_*")
+}
 
 
 def granted(components: list[dict[str, Any]]) -> set[Grant]:
@@ -72,6 +76,13 @@ def _literal(node: ast.expr, module: Any) -> Any:
         return node.value
     if isinstance(node, ast.Name):
         return getattr(module, node.id, None)
+    if (  # ours("hetznergpuclusters") written at the call site
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "ours"
+        and isinstance(node.args[0], ast.Constant)
+    ):
+        return kube.ours(node.args[0].value)
     return None
 
 
@@ -92,9 +103,21 @@ def kube_calls(path: Path) -> Iterator[tuple[Grant, str]]:
         kopf_kind = _kopf_handler(node.func)
         if kopf_kind and len(node.args) >= 3:
             group, plural = _literal(node.args[0], module), _literal(node.args[2], module)
+            # A registration over a variable (a table of daemons): every plural of ours the module names.
+            plurals = [plural] if isinstance(plural, str) else sorted(OUR_PLURALS & _strings(path))
+            assert plurals, f"{where}: cannot tell which resource this kopf handler watches"
             verbs = ["list", "watch"] + (["patch"] if kopf_kind in KOPF_PATCHES else [])
-            for verb in verbs:
-                yield (group, plural, verb), where
+            for p in plurals:
+                for verb in verbs:
+                    yield (group, p, verb), where
+
+
+def _strings(path: Path) -> set[str]:
+    return {
+        n.value
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
 
 
 def _kopf_handler(func: ast.Attribute) -> str | None:
@@ -120,7 +143,19 @@ def test_the_scan_sees_the_calls_it_must() -> None:
     assert ("", "secrets", "create") in calls  # ensure_os_hostkey
     assert (domain.GROUP, "hetznergpuhosts/status", "patch") in calls
     assert (domain.GROUP, "hetznergpuhosts", "watch") in calls  # a kopf daemon
+    assert (domain.GROUP, "hetznergpuremediations", "watch") in calls  # registered from a table
     assert (domain.CAPI_GROUP, "machines", "watch") in calls  # kopf.on.event on CAPI Machines
+    readiness = {grant for p in sorted(SCANNED[1].glob("*.py")) for grant, _ in kube_calls(p)}
+    assert (domain.CAPI_GROUP, "machines/status", "patch") in readiness  # GPUReady by server-side apply
+    assert (domain.GROUP, "hetznergpuclusters", "get") in readiness  # ours(...) at the call site
+
+
+def test_every_client_method_that_calls_the_api_is_mapped_to_a_verb() -> None:
+    # A new Kube method must be added to VERBS, or the scan above would silently miss its calls.
+    not_api = {"close", "host", "from_kubeconfig", "from_kubeconfig_dict", "in_cluster_or_kubeconfig"}
+    for cls in (kube.Kube, kube.AsyncKube):
+        methods = {n for n in vars(cls) if not n.startswith("_")} - not_api
+        assert methods <= set(VERBS), f"{cls.__name__}: {methods - set(VERBS)} not in VERBS"
 
 
 def test_no_wildcards_and_no_cluster_admin(components: list[dict[str, Any]]) -> None:
@@ -158,7 +193,4 @@ def test_capi_core_gets_crud_on_our_infra_kinds_by_aggregation(components: list[
     assert agg["metadata"]["labels"]["cluster.x-k8s.io/aggregate-to-manager"] == "true"
     crud = {"get", "list", "watch", "create", "update", "patch", "delete"}
     resources = {r for rule in agg["rules"] if set(rule["verbs"]) == crud for r in rule["resources"]}
-    plurals = {
-        yaml.safe_load(p.read_text())["spec"]["names"]["plural"] for p in (h.REPO / "crds").glob(f"{domain.GROUP}_*")
-    }
-    assert resources == plurals - {"hetznergpuhosts"}
+    assert resources == OUR_PLURALS - {"hetznergpuhosts"}
