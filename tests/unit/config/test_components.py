@@ -145,9 +145,9 @@ def test_every_binding_names_the_manager_service_account(components: list[dict[s
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
         assert b["roleRef"]["name"] in roles
         bound.add(b["roleRef"]["name"])
-    # The aggregated role is CAPI core's, never ours.
-    assert roles - bound == {"capi-gpu-aggregated-manager-role"}
-    assert {"capi-gpu-manager-role", "capi-gpu-readiness", "capi-gpu-peering-role"} <= bound
+    # The aggregated role is CAPI core's; the readiness role is for a workload cluster's gate identity.
+    assert roles - bound == {"capi-gpu-aggregated-manager-role", "capi-gpu-readiness"}
+    assert bound == {"capi-gpu-manager-role", "capi-gpu-peering-role"}
 
 
 def test_the_peering_object_matches_the_peering_flag(components: list[dict[str, Any]]) -> None:
