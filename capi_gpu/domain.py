@@ -39,6 +39,20 @@ CA_CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
 # far more: installimage, reboots, driver and MIG layout).
 CA_MAX_NODE_PROVISION_TIME_ANNOTATION: Final = "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime"
 CA_ACCELERATOR_LABEL: Final = "cluster-api/accelerator"
+# Scale-from-zero capacity annotations on a MachineDeployment (cluster-autoscaler's clusterapi provider).
+CA_CAPACITY_CPU: Final = f"{CA_CAPACITY_PREFIX}cpu"
+CA_CAPACITY_MEMORY: Final = f"{CA_CAPACITY_PREFIX}memory"
+CA_CAPACITY_EPHEMERAL_DISK: Final = f"{CA_CAPACITY_PREFIX}ephemeral-disk"
+CA_CAPACITY_MAX_PODS: Final = f"{CA_CAPACITY_PREFIX}maxPods"
+CA_CAPACITY_GPU_TYPE: Final = f"{CA_CAPACITY_PREFIX}gpu-type"
+CA_CAPACITY_GPU_COUNT: Final = f"{CA_CAPACITY_PREFIX}gpu-count"
+CA_CAPACITY_DRA_DRIVER: Final = f"{CA_CAPACITY_PREFIX}dra-driver"
+CA_CAPACITY_LABELS: Final = f"{CA_CAPACITY_PREFIX}labels"
+CA_CAPACITY_TAINTS: Final = f"{CA_CAPACITY_PREFIX}taints"
+# The device-plugin extended resource CA adds to a template node for gpu-type (and the DRA driver's
+# gpu.nvidia.com class maps to it with DRAExtendedResource).
+NVIDIA_GPU_RESOURCE: Final = "nvidia.com/gpu"
+CAPI_DEPLOYMENT_NAME_LABEL: Final = "cluster.x-k8s.io/deployment-name"
 BOOTSTRAP_SENTINEL: Final = "/run/cluster-api/bootstrap-success.complete"
 
 # Provider identity of a Robot server; byte-identical on the Node and the InfraMachine.
@@ -65,6 +79,12 @@ ANNOTATION_PERMANENT_ERROR: Final = f"{DOMAIN}/permanent-error"
 ANNOTATION_REBOOT: Final = f"{DOMAIN}/reboot"
 ANNOTATION_HOST: Final = f"{DOMAIN}/host"
 ANNOTATION_SCALER_OWNER: Final = f"{DOMAIN}/scale-owner"
+# The same key as a label on the MachineDeployment, so cluster-autoscaler's discovery can select only
+# its own groups (--node-group-auto-discovery=clusterapi:<key>=cluster-autoscaler). Values: claim-scaler,
+# cluster-autoscaler (capi_gpu.autoscaler.nodegroup.ScaleOwner).
+LABEL_SCALER_OWNER: Final = ANNOTATION_SCALER_OWNER
+# Relative price of one node of a MachineDeployment (e.g. EUR/h); breaks ties between equally small plans.
+ANNOTATION_SCALE_COST: Final = f"{DOMAIN}/scale-cost"
 ANNOTATION_LAYOUT: Final = f"{DOMAIN}/mig-layout"
 # Set by `capi-gpu hosts inspect` (value: the request time, RFC 3339) to ask the host controller to inspect
 # an unconsumed host again; the controller clears it once the new inspection is recorded.
