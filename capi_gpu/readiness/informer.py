@@ -9,13 +9,14 @@ object again, so consumers never miss a change, they may only see one twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from capi_gpu.kube import Kube, KubeError, Obj, Res
+from capi_gpu.kube import Kube, Obj, Res
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,12 @@ class Informer:
                     if etype != "BOOKMARK":
                         self.emit(Change(self.kind, etype, obj, time.monotonic()))
                 backoff = 0.5
-            except (KubeError, OSError, ValueError) as exc:
-                log.info("informer %s: %s; retrying", self.kind, exc)
+            except Exception as exc:  # a dead informer thread would blind the gate for good
+                # Besides KubeError and OSError, a watch stream cut mid-chunk (apiserver restart, idle
+                # timeout of a load balancer) surfaces as urllib3's ProtocolError; every one of them is
+                # retried, resuming from the last resourceVersion.
+                if not self._stop.is_set():
+                    log.info("informer %s: %s: %s; retrying", self.kind, type(exc).__name__, exc)
                 if getattr(exc, "status", 0) == 410:
                     rv = ""
                 self._stop.wait(backoff)
@@ -83,6 +88,8 @@ class Informer:
 
 def queue_emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Change]) -> Callable[[Change], None]:
     def emit(change: Change) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, change)
+        # A change that arrives while the gate shuts down has nobody left to read it.
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(queue.put_nowait, change)
 
     return emit
