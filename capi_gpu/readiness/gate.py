@@ -187,7 +187,7 @@ class ClusterGate:
         current = self.slices.get(slice_name)
         generation = int((current or {}).get("spec", {}).get("pool", {}).get("generation", 0))
         desired = decisions.gate_slice(name, max(1, generation), ready=verdict.ready, node_uid=node["metadata"]["uid"])
-        if current is not None and current["spec"].get("devices") == desired["spec"]["devices"]:
+        if current is not None and _devices(current) == _devices(desired):
             return
         try:
             if current is None:
@@ -252,3 +252,16 @@ class ClusterGate:
 def _gate_node(claim: Obj) -> str | None:
     results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
     return next((r.get("pool") for r in results if r.get("driver") == domain.GATE_DRIVER), None)
+
+
+def _devices(slice_: Obj) -> list[Any]:
+    """A slice's devices as we write them: the apiserver stamps ``timeAdded`` on every device taint, so
+    comparing with it would rewrite (and bump the generation of) a not-ready node's gate slice on every
+    Node event, waking kube-scheduler and every other slice watcher each time."""
+    devices = []
+    for raw in (slice_.get("spec") or {}).get("devices") or []:
+        device = dict(raw)
+        if device.get("taints"):
+            device["taints"] = [{k: v for k, v in t.items() if k != "timeAdded"} for t in device["taints"]]
+        devices.append(device)
+    return devices
