@@ -4,7 +4,8 @@ the NoCloud seed, the local apt repository is bound read-only into every disk bo
 installed one after installimage reset the disk), resets switch rescue/OS (hostname, boot id), a reboot
 from inside the OS boots what Robot has armed (rescue once, then the disk), installimage survives a
 dropped session, and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the
-hardware knobs."""
+hardware knobs; rescue and installed OS report the GEX131's CPU threads and memory, and systemd still
+boots cleanly under the bound /proc files."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from capi_gpu.sim.hosts import keys
 from capi_gpu.sim.hosts.host import Host, Running
 
 IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
+GEX131_CPU_MEMORY = (48, 257_672)  # nproc; MemTotal of 256 GB installed, in MiB (not the test machine's)
 
 
 def autosetup(drive1: str, drive2: str | None = None, hostname: str = "bm-gpu-1", extra: str = "") -> str:
@@ -145,6 +147,9 @@ def test_install_reboot_and_resets_switch_boot_targets(
         while osh.cloud_init_status() is not hostfacts.CloudInit.DONE and time.monotonic() < deadline:
             time.sleep(0.2)
         assert osh.cloud_init_status() is hostfacts.CloudInit.DONE
+        assert osh.cpu_memory() == GEX131_CPU_MEMORY
+    state = host.exec(["systemctl", "is-system-running", "--wait"], timeout=60)
+    assert state.stdout.strip() == b"running", host.exec(["systemctl", "--failed"]).stdout  # /proc binds are fine
     assert host.read_file("/root/hello") == b"hello\n"
     assert host.read_file("/root/runcmd.out") == b"ran\n"
     assert b"local-hostname: bm-gpu-1" in (host.read_file("/var/lib/cloud/seed/nocloud-net/meta-data") or b"")
@@ -208,6 +213,7 @@ def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotA
 def test_rescue_inspection_follows_the_hardware_knobs(rescue: Rescue, client_key: keys.KeyPair) -> None:
     host = rescue.host
     with rescue.shell(client_key) as shell:
+        assert shell.cpu_memory() == GEX131_CPU_MEMORY
         disks = shell.disks()
         assert [d.name for d in disks] == ["nvme0n1", "nvme1n1"]
         assert all(d.size_bytes == 960_197_124_096 and d.wwn and d.wwn.startswith("eui.") for d in disks)

@@ -34,6 +34,10 @@ def _link(target: str) -> GuestFile:
     return GuestFile(b"", 0o777, link=target)
 
 
+# Ahead of coreutils' /usr/bin/nproc on every PATH (sshd's, systemd's): it would count the test machine's CPUs.
+NPROC = {"/usr/local/bin/nproc": _link("/usr/local/lib/sim/nproc"), "/usr/local/lib/sim/nproc": _link("hwinfo")}
+
+
 def rescue_files() -> dict[str, GuestFile]:
     """What Hetzner's rescue system offers that the provider uses: installimage and hardware tools."""
     hw = GuestFile(_script("hwinfo"))
@@ -48,6 +52,7 @@ def rescue_files() -> dict[str, GuestFile]:
         "/usr/local/lib/sim/lspci": _link("hwinfo"),
         "/usr/sbin/smartctl": _link("/usr/local/lib/sim/smartctl"),
         "/usr/local/lib/sim/smartctl": _link("hwinfo"),
+        **NPROC,
         "/usr/local/lib/sim/power": power,
         "/usr/local/lib/sim/reboot": _link("power"),
         "/usr/local/lib/sim/poweroff": _link("power"),
@@ -76,7 +81,7 @@ WantedBy=multi-user.target
 
 
 def installed_files() -> dict[str, GuestFile]:
-    """What every installed image brings: cloud-init (enabled at boot) and lspci (pciutils)."""
+    """What every installed image brings: cloud-init (enabled at boot), lspci (pciutils), and nproc."""
     return {
         "/usr/bin/cloud-init": GuestFile(_script("cloudinit")),
         "/etc/systemd/system/cloud-init.service": GuestFile(CLOUD_INIT_UNIT, 0o644),
@@ -86,6 +91,7 @@ def installed_files() -> dict[str, GuestFile]:
         "/usr/local/lib/sim/hwinfo": GuestFile(_script("hwinfo")),
         "/usr/bin/lspci": _link("/usr/local/lib/sim/lspci"),
         "/usr/local/lib/sim/lspci": _link("hwinfo"),
+        **NPROC,
     }
 
 

@@ -1,12 +1,12 @@
-"""`lsblk`, `lspci` and `smartctl` for a simulated GEX131, one multi-call script (dispatch on argv[0]).
+"""`lsblk`, `lspci`, `smartctl` and `nproc` for a simulated GEX131, one multi-call script (dispatch on argv[0]).
 
 Why shims and not the real tools: inside a host's namespace the real tools would read the test
-machine's sysfs and show its virtio disk, not two 960 GB NVMe drives and an RTX PRO 6000. These print
-what the real tools print on a GEX131 (util-linux 2.38 lsblk JSON/pairs, pciutils `-nn` lines,
-smartmontools 7.3 health output), from the host's hardware description that the simulator bind-mounts
-read-only at ``/run/sim/hw/hardware.json`` (knobs such as SMART health or "GPU off the bus" are flipped
-there from the test side). Partitions come from ``/run/sim/disk/partitions.json`` (the rescue view's
-window onto the host's "disk"), written by the installimage shim.
+machine's sysfs and show its virtio disk and CPUs, not two 960 GB NVMe drives, an RTX PRO 6000 and 48
+threads. These print what the real tools print on a GEX131 (util-linux 2.38 lsblk JSON/pairs, pciutils
+`-nn` lines, smartmontools 7.3 health output, coreutils nproc), from the host's hardware description that
+the simulator bind-mounts read-only at ``/run/sim/hw/hardware.json`` (knobs such as SMART health or "GPU
+off the bus" are flipped there from the test side). Partitions come from ``/run/sim/disk/partitions.json``
+(the rescue view's window onto the host's "disk"), written by the installimage shim.
 
 Runs inside the guest with the guest's python3 and the standard library only.
 """
@@ -274,9 +274,39 @@ def smartctl(argv: list[str]) -> int:
     return 8
 
 
+def nproc(argv: list[str]) -> int:
+    """coreutils ``nproc``: the hardware's threads; OMP_NUM_THREADS / OMP_THREAD_LIMIT unless ``--all``."""
+    count = int(_load(HW_PATH, {}).get("cpu", {}).get("threads") or os.cpu_count() or 1)
+    every, ignore = False, "0"
+    args = iter(argv)
+    for arg in args:
+        if arg == "--all":
+            every = True
+        elif arg.startswith("--ignore="):
+            ignore = arg.split("=", 1)[1]
+        elif arg == "--ignore":
+            ignore = next(args, "")
+        elif arg.startswith("-"):
+            print(f"nproc: unrecognized option '{arg}'", file=sys.stderr)
+            return 1
+        else:
+            print(f"nproc: extra operand '{arg}'", file=sys.stderr)
+            return 1
+    if not ignore.isdigit():
+        print(f"nproc: invalid number: '{ignore}'", file=sys.stderr)
+        return 1
+    if not every:
+        first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+        count = int(first) if first.isdigit() and int(first) > 0 else count
+        limit = os.environ.get("OMP_THREAD_LIMIT", "").strip()
+        count = min(count, int(limit)) if limit.isdigit() and int(limit) > 0 else count
+    print(max(1, count - int(ignore)))
+    return 0
+
+
 def main() -> int:
     tool = os.path.basename(sys.argv[0])
-    handlers = {"lsblk": lsblk, "lspci": lspci, "smartctl": smartctl}
+    handlers = {"lsblk": lsblk, "lspci": lspci, "smartctl": smartctl, "nproc": nproc}
     handler = handlers.get(tool)
     if handler is None:
         print(f"hwinfo: unknown tool {tool}", file=sys.stderr)

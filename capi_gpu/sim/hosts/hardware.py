@@ -5,7 +5,9 @@ host (rescue or installed) and changeable from the test side while the host runs
 health turning FAILED, the GPU falling off the bus). The simulator keeps it in the host's ``hw/``
 directory, bind-mounted read-only at ``/run/sim/hw`` in the guest, and rewrites it atomically.
 
-Defaults follow Hetzner's GEX131 (hetzner.md §4.1): 2 x 960 GB NVMe and an RTX PRO 6000 Blackwell;
+Defaults follow Hetzner's GEX131 (hetzner.md §4.1): a Xeon Gold 5412U (24 cores, 48 threads), 256 GB,
+2 x 960 GB NVMe and an RTX PRO 6000 Blackwell (CPU and memory reach the guest through ``procfs`` and
+the ``nproc`` shim);
 the PCI device id is configurable (2bb5, the Server Edition, by default; the GEX131 edition is
 unconfirmed). WWNs and serials are derived from the server number, so they are stable across runs.
 """
@@ -22,6 +24,11 @@ HW_FILE = "hardware.json"
 NVME_960GB_BYTES = 960_197_124_096
 NVME_MODEL = "SAMSUNG MZQL2960HCJR-00A07"
 DEFAULT_GPU_DEVICE_ID = "2bb5"
+CPU_MODEL = "Intel(R) Xeon(R) Gold 5412U"
+MEMORY_256GB = 256 * 1024**3
+# What the kernel reports as MemTotal with 256 GB installed (firmware and kernel reservations taken off);
+# the simulated kubelet's memory capacity is the same figure.
+MEM_TOTAL_256GB_KIB = 263_856_952
 
 # The name nvidia-smi / NVML report, by PCI device id.
 SMI_NAMES: dict[str, str] = {
@@ -60,6 +67,12 @@ class Hardware:
     gpu_on_bus: bool = True
     installimage_seconds: float = 1.0
     kubeadm_writes_sentinel: bool = True
+    cpu_model: str = CPU_MODEL
+    cpu_cores: int = 24
+    cpu_threads: int = 48
+    cpu_mhz: float = 2100.0
+    memory_bytes: int = MEMORY_256GB  # installed
+    mem_total_kib: int = MEM_TOTAL_256GB_KIB  # /proc/meminfo's MemTotal
     extra: dict[str, Any] = field(default_factory=dict)
 
     def with_smart(self, disk: str, health: str) -> Hardware:
@@ -104,6 +117,8 @@ class Hardware:
             "disks": [asdict(d) | {"rota": False} for d in self.disks],
             "gpu": {"vendor": "10de", "device": self.gpu_device_id, "slot": self.gpu_slot, "on_bus": self.gpu_on_bus},
             "pci": pci,
+            "cpu": {"model": self.cpu_model, "cores": self.cpu_cores, "threads": self.cpu_threads},
+            "memory": {"installed_bytes": self.memory_bytes, "mem_total_kib": self.mem_total_kib},
             "installimage_seconds": self.installimage_seconds,
             "kubeadm_writes_sentinel": self.kubeadm_writes_sentinel,
             **self.extra,

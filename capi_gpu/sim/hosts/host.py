@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import assert_never
 
-from capi_gpu.sim.hosts import boot, cgroups, guest, hardware, names, netns, targets, views
+from capi_gpu.sim.hosts import boot, cgroups, guest, hardware, names, netns, procfs, targets, views
 from capi_gpu.sim.hosts.targets import Running, State
 
 __all__ = ["BootRecord", "Host", "HostConfig", "Resolver", "Running", "State"]
@@ -289,6 +289,7 @@ class Host(guest.GuestSide):
         boot_dir.mkdir(parents=True, exist_ok=True)
         (boot_dir / "disks").write_text(hardware.disk_lines(self.hw))
         boot_id = boot.new_boot_id(boot_dir)
+        hw_binds = procfs.write(boot_dir, self.hw)
         rescue_layer, image_layer = self.layers
         if isinstance(target, targets.RescueBoot):
             upper, work = self.state_dir / "rescue" / "upper", self.state_dir / "rescue" / "work"
@@ -306,6 +307,7 @@ class Host(guest.GuestSide):
                 disk_dir=self.disk_dir,
                 base=self.base,
                 image_layer=image_layer,
+                ro_binds=hw_binds,
             )
             running = Running.RESCUE
         else:
@@ -324,7 +326,7 @@ class Host(guest.GuestSide):
                 self.disk_dir / "work",
                 boot_dir,
                 self.hw_dir,
-                ro_binds=self.disk_binds,
+                ro_binds=hw_binds + self.disk_binds,
             )
             running = Running.PREVIOUS if info.get("previous") else Running.INSTALLED
         self._mode = plan.mode
