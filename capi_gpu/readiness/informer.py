@@ -3,7 +3,8 @@
 The readiness gate must react to Nodes, ResourceSlices and ResourceClaims without a polling loop; the
 official client's watch is blocking, so each kind gets one thread that feeds an asyncio queue. A
 closed watch resumes from the last resourceVersion; a 410 Gone (compacted) relists and reports every
-object again, so consumers never miss a change, they may only see one twice.
+object again, and every object that vanished in the gap as DELETED, so consumers never miss a change,
+they may only see one twice.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Informer:
         self.kube, self.res, self.kind, self.emit = kube, res, kind, emit
         self.label_selector = label_selector
         self._stop = threading.Event()
+        self._known: dict[tuple[str, str], Obj] = {}  # the last state of every object reported, for relists
         self._thread = threading.Thread(target=self._run, name=f"informer-{kind}", daemon=True)
 
     def start(self) -> Informer:
@@ -47,8 +49,15 @@ class Informer:
 
     def _list(self) -> str:
         page = self.kube._call("GET", self.res.path(), query={"labelSelector": self.label_selector})
+        listed: dict[tuple[str, str], Obj] = {}
         for obj in page.get("items", []):
+            listed[_key(obj)] = obj
             self.emit(Change(self.kind, "SYNC", obj, time.monotonic()))
+        # What was deleted while no watch was open shows up only as absence from the list: report it, with
+        # the last state seen, so the consumer knows which node a vanished ResourceSlice belonged to.
+        for key in self._known.keys() - listed.keys():
+            self.emit(Change(self.kind, "DELETED", self._known[key], time.monotonic()))
+        self._known = listed
         rv: str = page.get("metadata", {}).get("resourceVersion", "")
         self.emit(Change(self.kind, "SYNCED", {}, time.monotonic()))
         return rv
@@ -71,8 +80,13 @@ class Informer:
                         rv = ""  # 410 Gone: relist
                         break
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if etype != "BOOKMARK":
-                        self.emit(Change(self.kind, etype, obj, time.monotonic()))
+                    if etype == "BOOKMARK":
+                        continue
+                    if etype == "DELETED":
+                        self._known.pop(_key(obj), None)
+                    else:
+                        self._known[_key(obj)] = obj
+                    self.emit(Change(self.kind, etype, obj, time.monotonic()))
                 backoff = 0.5
             except Exception as exc:  # a dead informer thread would blind the gate for good
                 # Besides KubeError and OSError, a watch stream cut mid-chunk (apiserver restart, idle
@@ -84,6 +98,11 @@ class Informer:
                     rv = ""
                 self._stop.wait(backoff)
                 backoff = min(10.0, backoff * 2)
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata", {})
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 def queue_emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Change]) -> Callable[[Change], None]:
