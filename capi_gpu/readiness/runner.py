@@ -1,5 +1,6 @@
 """Starts the per-Cluster gate once the workload cluster's kubeconfig Secret exists, and restarts it if
-that Secret changes (a rotated kubeconfig). The workload client is the gate's own, never the operator's."""
+that Secret changes (a rotated kubeconfig) or the gate crashed (logged, then a fresh gate relists). The
+workload client is the gate's own, never the operator's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from capi_gpu.kube import SECRETS, AsyncKube, Kube
 from capi_gpu.readiness.gate import ClusterGate
 
 log = logging.getLogger(__name__)
+RESTART_DELAY = 5.0
 
 
 async def _kubeconfig(deps: Deps, namespace: str, cluster: str) -> tuple[str, dict[str, Any]] | None:
@@ -37,15 +39,21 @@ async def run(deps: Deps, namespace: str, cluster: str, stopped: Any) -> None:
         task = asyncio.create_task(gate.run(stopped))
         try:
             while not stopped and not task.done():
-                await asyncio.sleep(30)
+                await asyncio.wait({task}, timeout=30)
+                if task.done():
+                    break
                 again = await _kubeconfig(deps, namespace, cluster)
                 if again is None or again[0] != version:
                     log.info("gate %s/%s: kubeconfig changed; restarting", namespace, cluster)
                     break
         finally:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            (outcome,) = await asyncio.gather(task, return_exceptions=True)
             workload.close()
+        if isinstance(outcome, Exception):
+            # A crashed gate leaves nodes and claims unanswered: say why, then start over from a relist.
+            log.error("gate %s/%s failed; restarting in %.0fs", namespace, cluster, RESTART_DELAY, exc_info=outcome)
+            await asyncio.sleep(RESTART_DELAY)
 
 
 async def run_for(deps: Deps, namespace: str, infra_cluster: str, stopped: Any) -> None:
