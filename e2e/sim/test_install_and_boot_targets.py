@@ -4,8 +4,9 @@ the NoCloud seed, the local apt repository is bound read-only into every disk bo
 installed one after installimage reset the disk), resets switch rescue/OS (hostname, boot id), a reboot
 from inside the OS boots what Robot has armed (rescue once, then the disk), installimage survives a
 dropped session, and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the
-hardware knobs; rescue and installed OS report the GEX131's CPU threads and memory, and systemd still
-boots cleanly under the bound /proc files."""
+hardware knobs; wipefs clears another OS's disk (other-Linux finds nothing, nothing boots); rescue and
+installed OS report the GEX131's CPU threads and memory, and systemd still boots cleanly under the bound
+/proc files."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from capi_gpu.provisioning import hostfacts, ssh, sshtransport
 from capi_gpu.sim import aptrepo
 from capi_gpu.sim.fleet import Fleet
 from capi_gpu.sim.hosts import keys
-from capi_gpu.sim.hosts.host import Host, Running
+from capi_gpu.sim.hosts.host import Host, Running, State
 
 IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
 GEX131_CPU_MEMORY = (48, 257_672)  # nproc; MemTotal of 256 GB installed, in MiB (not the test machine's)
@@ -231,3 +232,19 @@ def test_rescue_inspection_follows_the_hardware_knobs(rescue: Rescue, client_key
         assert shell.other_linux_present([disks[0].wwn or ""]) == []
         with pytest.raises(ssh.UnknownDisk):
             shell.other_linux_present(["eui.0000"])
+
+
+def test_wipe_clears_another_os_so_it_neither_shows_nor_boots(
+    rescue: Rescue, robot_api: RobotApi, client_key: keys.KeyPair
+) -> None:
+    host = rescue.host
+    with rescue.shell(client_key) as shell:
+        first, second = (d.wwn or "" for d in shell.disks())
+        assert shell.other_linux_present([second]), "the previous OS is on the first disk"
+        shell.wipe([first])  # wipefs -a /dev/nvme0n1, as the controller's Wipe step
+        assert shell.other_linux_present([second]) == []
+        assert [len(d.partitions) for d in shell.disks()] == [0, 0]
+    before = host.boot_count()
+    robot_api.reset(host.server_number, "hw")  # no rescue armed: the disk would boot, but it is blank now
+    assert host.wait_state(State.OFF, BOOT_TIMEOUT_S)
+    assert host.boot_count() == before

@@ -39,7 +39,7 @@ NPROC = {"/usr/local/bin/nproc": _link("/usr/local/lib/sim/nproc"), "/usr/local/
 
 
 def rescue_files() -> dict[str, GuestFile]:
-    """What Hetzner's rescue system offers that the provider uses: installimage and hardware tools."""
+    """What Hetzner's rescue system offers that the provider uses: installimage, hardware tools, wipefs."""
     hw = GuestFile(_script("hwinfo"))
     power = GuestFile(_script("power"))
     return {
@@ -53,6 +53,8 @@ def rescue_files() -> dict[str, GuestFile]:
         "/usr/sbin/smartctl": _link("/usr/local/lib/sim/smartctl"),
         "/usr/local/lib/sim/smartctl": _link("hwinfo"),
         **NPROC,
+        "/usr/local/lib/sim/wipefs": GuestFile(_script("wipefs")),
+        "/usr/sbin/wipefs": _link("/usr/local/lib/sim/wipefs"),
         "/usr/local/lib/sim/power": power,
         "/usr/local/lib/sim/reboot": _link("power"),
         "/usr/local/lib/sim/poweroff": _link("power"),

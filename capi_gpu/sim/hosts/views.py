@@ -172,7 +172,8 @@ def install_previous_os(disk_dir: Path, hw: hardware.Hardware, hostname: str) ->
         ]
     }
     (disk_dir / "partitions.json").write_text(json.dumps(parts, indent=1))
-    (disk_dir / "installed.json").write_text(json.dumps({"hostname": hostname, "previous": True}))
+    record = {"hostname": hostname, "previous": True, "disks": [first.name]}
+    (disk_dir / "installed.json").write_text(json.dumps(record))
 
 
 def wipe_disk(disk_dir: Path) -> None:
