@@ -1,12 +1,14 @@
 """The kubeadm shim and the simulated kubelet against the real workload apiserver: CAPI bootstrap data
 (cloud-config runcmd kubeadm join, v1beta4 list kubeletExtraArgs) registers a Node with providerID,
-taints and labels and writes the sentinel; kubeadm reset deletes it. The NVIDIA-format DRA publisher's
+taints and labels and writes the sentinel; kubeadm reset deletes it; bootstrapped again (after the reset,
+with the next Machine's instance-id) the host runs the new user-data. The NVIDIA-format DRA publisher's
 slices pass the apiserver's ResourceSlice validation, carry the devices the MIG layout promises, and its
 fault knobs (XID taint, stale generation, incomplete pool, stop) show up in the API."""
 
 from __future__ import annotations
 
 import base64
+import os
 import time
 from importlib import resources
 
@@ -17,7 +19,7 @@ from test_install_and_boot_targets import autosetup, post_install, wait_install
 from capi_gpu import domain
 from capi_gpu.gpu import catalog, layout
 from capi_gpu.kube import NODES, RESOURCESLICES, Kube
-from capi_gpu.provisioning import hostfacts, ssh
+from capi_gpu.provisioning import bootstrap, hostfacts, ssh
 from capi_gpu.sim import host_shims
 from capi_gpu.sim.fleet import Fleet, install_on_disk
 from capi_gpu.sim.hosts import keys
@@ -71,6 +73,11 @@ def install_os(
     return host, ssh.HostKeyPin.from_public_key(os_key.public_line)
 
 
+def _labels(kube: Kube, node: str) -> dict[str, str]:
+    labels: dict[str, str] = ((kube.get_or_none(NODES, node) or {}).get("metadata") or {}).get("labels") or {}
+    return labels
+
+
 def _wait(pred: object, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -109,6 +116,43 @@ def test_bootstrap_registers_the_node_and_reset_removes_it(
             sh.kubeadm_reset()
             assert not sh.sentinel_present()
         assert _wait(lambda: workload_kube.get_or_none(NODES, name) is None), "node not deleted after kubeadm reset"
+    finally:
+        kubelet.stop()
+
+
+def test_a_reset_host_bootstrapped_with_a_new_instance_id_runs_the_new_user_data(
+    fleet: Fleet, robot_api: RobotApi, client_key: keys.KeyPair, workload_kube: Kube
+) -> None:
+    """A host back in the pool keeps cloud-init's record of its first bootstrap (kubeadm reset leaves it, as
+    the real one does); what makes the next bootstrap run is the new Machine's instance-id, as in cloud-init."""
+    number = fleet.host().server_number
+    name = f"bm-{number}"
+    join = JOIN_CONFIG.format(hash="0" * 64, name=name, startup=domain.NODE_STARTUP_TAINT, number=number)
+    host, pin = install_os(fleet, robot_api, client_key, cloud_config(join), host_shims.kubeadm_files())
+    second = cloud_config(join.replace("gpu=true", "gpu=true,capi-gpu.test/bootstrap=second"))
+    kubelet = fleet.attach_workload(workload_kube, publish_dra=False)[number]
+    try:
+        assert kubelet.wait_node(60), kubelet.errors
+        with ssh.ParamikoShell(
+            ssh.Endpoint(host.guest_ip, pin), ssh.Credentials(private_key=client_key.private_openssh)
+        ) as sh:
+            assert sh.cloud_init_status() is hostfacts.CloudInit.DONE
+            sh.kubeadm_reset()
+            assert _wait(lambda: workload_kube.get_or_none(NODES, name) is None), "node not deleted after reset"
+            # The same instance-id again: cloud-init has finished that instance and runs nothing.
+            sh.write_file("/var/lib/cloud/seed/nocloud-net/user-data", second)
+            rerun = host.exec(["sh", "-c", bootstrap.START.replace(" &", "")], timeout=60)
+            assert rerun.returncode == 0, rerun.stderr
+            assert host.read_file("/var/lib/kubelet/sim-join.json") is None
+            # The next Machine's instance-id: a new instance, the new user-data runs (init, then modules).
+            sh.start_bootstrap(second, f"instance-id: machine-uid-2\nlocal-hostname: {name}\n")
+            assert _wait(lambda: _labels(workload_kube, name).get("capi-gpu.test/bootstrap") == "second"), (
+                "the new user-data's join did not register the node"
+            )
+            assert _wait(lambda: sh.cloud_init_status() is hostfacts.CloudInit.DONE)
+            assert sh.sentinel_present()
+        assert os.readlink(host.guest_path("/var/lib/cloud/instance")) == "/var/lib/cloud/instances/machine-uid-2"
+        assert host.read_file("/var/lib/cloud/instances/machine-uid-2/user-data.txt") == second.encode()
     finally:
         kubelet.stop()
 

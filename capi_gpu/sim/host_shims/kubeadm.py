@@ -7,7 +7,9 @@ must get right is what it hands to kubeadm: the join configuration (v1beta3 map 
 (join once; reset before re-join). So this parses and validates like kubeadm, refuses a second join
 while ``/etc/kubernetes/kubelet.conf`` exists (kubeadm's preflight), and writes a join record
 ``/var/lib/kubelet/sim-join.json`` that the test-side simulated kubelet (``capi_gpu.sim.kubelet``) turns
-into a Node. ``reset -f`` removes it and writes ``/var/lib/kubelet/sim-reset.json``.
+into a Node. ``reset -f`` removes it and writes ``/var/lib/kubelet/sim-reset.json``; like the real one it
+leaves cloud-init's per-instance record alone (the next bootstrap runs because the next Machine brings a new
+instance-id, which the cloud-init stand-in treats as a new instance, as cloud-init does).
 
 It also writes the CAPI sentinel ``/run/cluster-api/bootstrap-success.complete`` after a join (the
 simulation brief asks for it; CABPK's runcmd writes it too). The real kubeadm does not: set
