@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 MANAGER = "capi-gpu-gate"
 TARGET_TTL = 5.0
 LATENCY_SAMPLES = 4096
+NODE_RETRY = 5.0
 
 
 class ClusterGate:
@@ -58,6 +59,8 @@ class ClusterGate:
         self._synced: set[str] = set()
         self._recheck: dict[tuple[str, str], float] = {}
         self._allocated_seen: dict[tuple[str, str], float] = {}
+        self._node_retry: dict[str, float] = {}
+        self._not_targets: set[str] = set()
         self.claim_latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         """Seconds from the informer seeing a claim's gate allocation to our binding condition written."""
 
@@ -70,7 +73,8 @@ class ClusterGate:
         ]
         try:
             while not stopped:
-                timeout = max(0.05, min(self._recheck.values(), default=time.monotonic() + 30) - time.monotonic())
+                wake = min([*self._recheck.values(), *self._node_retry.values()], default=time.monotonic() + 30)
+                timeout = max(0.05, wake - time.monotonic())
                 first: Change | None = None
                 with contextlib.suppress(TimeoutError):
                     first = await asyncio.wait_for(queue.get(), timeout=min(timeout, 30.0))
@@ -129,15 +133,20 @@ class ClusterGate:
             dirty_claims |= c
         now = time.monotonic()
         due = {k for k, t in self._recheck.items() if t <= now}
+        retry = {n for n, t in self._node_retry.items() if t <= now}
         if len(self._synced) < 3:
             return
-        changed_verdicts = await self.evaluate_nodes(dirty_nodes)
+        for name in retry:
+            del self._node_retry[name]
+        changed_verdicts = await self.evaluate_nodes(dirty_nodes | retry)
         # A node verdict change can settle claims waiting on it.
         touched = {k for k, c in self.claims.items() if _gate_node(c) in changed_verdicts}
         await self.gate_claims(dirty_claims | due | touched)
 
     async def _gpu_targets(self, force: bool = False) -> dict[str, targets.GpuTarget]:
         if force or time.monotonic() - self._targets_at > TARGET_TTL:
+            if not force:
+                self._not_targets.clear()
             self._targets = await targets.load(self.deps.kube, self.namespace, self.cluster)
             self._targets_at = time.monotonic()
         return self._targets
@@ -147,32 +156,51 @@ class ClusterGate:
         if not names:
             return changed
         tgts = await self._gpu_targets()
-        if any(
-            self.nodes.get(n, {}).get("spec", {}).get("providerID", "").startswith(domain.PROVIDER_ID_PREFIX)
-            and self.nodes[n]["spec"]["providerID"] not in tgts
+        unknown = {
+            pid
             for n in names
-        ):
+            if (pid := self.nodes.get(n, {}).get("spec", {}).get("providerID", "")).startswith(
+                domain.PROVIDER_ID_PREFIX
+            )
+            and pid not in tgts
+        } - self._not_targets
+        if unknown:
             tgts = await self._gpu_targets(force=True)  # a node joined before our cache saw its machine
-        for name in sorted(names):
-            node = self.nodes.get(name)
-            if node is None:
-                self.verdicts.pop(name, None)
-                continue
-            target = tgts.get(node.get("spec", {}).get("providerID", ""))
-            if target is None:
-                continue
-            verdict = decisions.pool_verdict(self.slices.values(), name, target.expected)
-            before = self.verdicts.get(name)
-            self.verdicts[name] = verdict
-            if before is None or before.reason != verdict.reason or before.message != verdict.message:
-                changed.add(name)
+            # Robot nodes that are not GPU targets (control plane, dynamic MIG) would otherwise force a
+            # reload on every one of their events; they are looked at again with the next regular reload.
+            self._not_targets |= unknown - tgts.keys()
+        # Nodes are independent and each takes up to four writes: a burst of pools (a fleet-wide driver
+        # restart) must not queue the last node behind all the others' round trips.
+        ordered = sorted(names)
+        results = await asyncio.gather(*(self._evaluate_node(name, tgts) for name in ordered))
+        return {name for name, flipped in zip(ordered, results, strict=True) if flipped}
+
+    async def _evaluate_node(self, name: str, tgts: dict[str, targets.GpuTarget]) -> bool:
+        """Decide one node and write its three layers; True when its verdict changed."""
+        node = self.nodes.get(name)
+        if node is None:
+            self.verdicts.pop(name, None)
+            return False
+        target = tgts.get(node.get("spec", {}).get("providerID", ""))
+        if target is None:
+            return False
+        verdict = decisions.pool_verdict(self.slices.values(), name, target.expected)
+        before = self.verdicts.get(name)
+        self.verdicts[name] = verdict
+        try:
             await self._write_node(node, verdict)
             await self._write_gate_slice(node, verdict)
             if target.capi_machine and (
                 before is None or before.ready != verdict.ready or before.reason != verdict.reason
             ):
                 await self._write_machine(target.capi_machine, verdict)
-        return changed
+        except KubeError as exc:
+            # Nothing may change on the node to bring us back: forget the verdict, so every layer is
+            # written again, and retry shortly.
+            log.warning("node %s: gate write failed: %s; retrying in %.0fs", name, exc, NODE_RETRY)
+            self.verdicts.pop(name, None)
+            self._node_retry[name] = time.monotonic() + NODE_RETRY
+        return before is None or before.reason != verdict.reason or before.message != verdict.message
 
     async def _write_node(self, node: Obj, verdict: decisions.PoolVerdict) -> None:
         name = node["metadata"]["name"]
