@@ -130,10 +130,14 @@ class Kube:
         return cls(kubernetes.client.ApiClient(cfg))
 
     @classmethod
-    def from_kubeconfig_dict(cls, data: Mapping[str, Any]) -> Kube:
+    def from_kubeconfig_dict(cls, data: Mapping[str, Any], pool_size: int | None = None) -> Kube:
+        """``pool_size``: connections kept open (the client's default is 5 per CPU); size it for the
+        callers' threads plus long-running watches, or every surplus request pays a fresh TLS handshake."""
         cfg = kubernetes.client.Configuration()
         loader = kubernetes.config.kube_config.KubeConfigLoader(config_dict=dict(data))
         loader.load_and_set(cfg)
+        if pool_size is not None:
+            cfg.connection_pool_maxsize = pool_size
         return cls(kubernetes.client.ApiClient(cfg))
 
     @classmethod

@@ -17,6 +17,7 @@ from capi_gpu.readiness.gate import ClusterGate
 
 log = logging.getLogger(__name__)
 RESTART_DELAY = 5.0
+WORKERS = 8
 
 
 async def _kubeconfig(deps: Deps, namespace: str, cluster: str) -> tuple[str, dict[str, Any]] | None:
@@ -34,7 +35,8 @@ async def run(deps: Deps, namespace: str, cluster: str, stopped: Any) -> None:
             await asyncio.sleep(10)
             continue
         version, doc = found
-        workload = AsyncKube(Kube.from_kubeconfig_dict(doc), workers=8)
+        # One pooled connection per worker thread plus one per informer watch (Nodes, slices, claims).
+        workload = AsyncKube(Kube.from_kubeconfig_dict(doc, pool_size=WORKERS + 3), workers=WORKERS)
         gate = ClusterGate(deps, namespace, cluster, workload)
         task = asyncio.create_task(gate.run(stopped))
         try:
