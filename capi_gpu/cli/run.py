@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0: off)")
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--no-gate", action="store_true", help="don't run the readiness gate")
-    p.add_argument("--claim-scaler", action="store_true", help="run the claim-aware scaler")
+    p.add_argument("--claim-scaler", action="store_true", help="run the claim-aware scaler (docs/autoscaling.md)")
+    p.add_argument("--sync-autoscaler-annotations", action="store_true",
+                   help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         robot_share=args.robot_share, timing_scale=args.timing_scale, provisioning_limit=args.provisioning_limit,
         artifacts_dir=args.artifacts_dir, playbook_overrides=Settings.load_overrides(args.playbook_vars),
         gate=not args.no_gate, claim_scaler=args.claim_scaler,
+        template_sync_annotations=args.sync_autoscaler_annotations,
     )
 
     def make_deps() -> Deps:

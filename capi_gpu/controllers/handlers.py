@@ -15,6 +15,8 @@ import kopf
 
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
+from capi_gpu.autoscaler import runner as scaler_runner
+from capi_gpu.autoscaler import sync as annotation_sync
 from capi_gpu.controllers import cluster_loop, host_loop, machine_loop, remediation_loop, template_loop
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.settings import Settings
@@ -80,6 +82,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     _deletions(registry, when)
     if settings.gate:
         _gate(registry, when)
+    _autoscaler(registry, settings, when)
     _ = (startup, cleanup)
 
 
@@ -113,3 +116,43 @@ def _gate(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:
         await gate_runner.run_for(memo.deps, namespace or "", body["metadata"]["name"], stopped)
 
     _ = gate_daemon
+
+
+def _autoscaler(registry: kopf.OperatorRegistry, settings: Settings, when: Callable[..., bool]) -> None:
+    """The optional autoscaling loops (docs/autoscaling.md): the claim-aware scaler, one per cluster, and
+    the CA annotation sync, one per template, woken by MachineDeployment events (an event handler puts
+    no kopf finalizer on CAPI's objects; a daemon on them would)."""
+    if settings.claim_scaler:
+
+        @kopf.daemon(
+            G, V, "hetznergpuclusters", id="claim-scaler", registry=registry, when=when, cancellation_timeout=10
+        )
+        async def claim_scaler(
+            body: kopf.Body, namespace: str | None, stopped: kopf.DaemonStopped, memo: Any, **_: Any
+        ) -> None:
+            await scaler_runner.run_for(memo.deps, namespace or "", body["metadata"]["name"], stopped)
+
+        _ = claim_scaler
+    if settings.template_sync_annotations:
+
+        @kopf.daemon(
+            G,
+            V,
+            "hetznergpumachinetemplates",
+            id="ca-annotations",
+            registry=registry,
+            when=when,
+            cancellation_timeout=10,
+        )
+        async def ca_annotations(
+            namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any
+        ) -> None:
+            await annotation_sync.run(memo.deps, namespace or "", name, stopped)
+
+        @kopf.on.event("cluster.x-k8s.io", "v1beta2", "machinedeployments", id="md-event", registry=registry, when=when)
+        async def machinedeployment(spec: kopf.Spec, namespace: str | None, memo: Any, **_: Any) -> None:
+            template = annotation_sync.template_of(spec)
+            if template is not None:
+                memo.deps.wakeups.wake(annotation_sync.KIND, namespace or "", template)
+
+        _ = (ca_annotations, machinedeployment)

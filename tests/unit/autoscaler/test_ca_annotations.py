@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from capi_gpu import domain
-from capi_gpu.autoscaler import annotations, nodegroup
+from capi_gpu.autoscaler import annotations as ca_annotations
+from capi_gpu.autoscaler import nodegroup
 from capi_gpu.autoscaler.annotations import GpuResource
 from capi_gpu.autoscaler.nodegroup import NotAGroup, ScaleOwner
 from capi_gpu.gpu.packing import WHOLE_GPU
@@ -71,7 +72,7 @@ WHOLE = {"model": "rtx-pro-6000"}
 
 def test_mig_layout_capacity_labels_taint_and_no_gpu_advertisement() -> None:
     shape = nodegroup.node_shape(template(BALANCED))
-    want = annotations.desired(machinedeployment(), shape)
+    want = ca_annotations.desired(machinedeployment(), shape)
     assert want.present() == {
         domain.CA_CAPACITY_CPU: "48",
         domain.CA_CAPACITY_MEMORY: "257614Mi",
@@ -82,7 +83,7 @@ def test_mig_layout_capacity_labels_taint_and_no_gpu_advertisement() -> None:
         "gpu.infrastructure.cluster.x-k8s.io/mig-layout=2x1g.24gb_1x2g.48gb",
         domain.CA_CAPACITY_TAINTS: "readiness.k8s.io/gpu-not-ready:NoSchedule",
     }
-    assert {k: v for k, v in want.annotations.items() if v is None} == dict.fromkeys(annotations.GPU_KEYS)
+    assert {k: v for k, v in want.annotations.items() if v is None} == dict.fromkeys(ca_annotations.GPU_KEYS)
     assert "10199" in want.notes[0]
     assert want.labels == {}
 
@@ -95,17 +96,17 @@ def test_mig_layout_capacity_labels_taint_and_no_gpu_advertisement() -> None:
     ],
 )
 def test_whole_gpu_node_advertises_its_gpu_in_one_form(form: GpuResource, gpu: dict[str, str]) -> None:
-    want = annotations.desired(machinedeployment(), nodegroup.node_shape(template(WHOLE)), gpu_resource=form)
+    want = ca_annotations.desired(machinedeployment(), nodegroup.node_shape(template(WHOLE)), gpu_resource=form)
     present = want.present()
-    assert {k: present[k] for k in annotations.GPU_KEYS if k in present} == gpu
+    assert {k: present[k] for k in ca_annotations.GPU_KEYS if k in present} == gpu
     assert "mig-layout=none" in present[domain.CA_CAPACITY_LABELS]
     assert not want.notes
 
 
 def test_the_form_in_use_is_kept() -> None:
-    assert annotations.gpu_resource_of(machinedeployment()) is GpuResource.DRA
+    assert ca_annotations.gpu_resource_of(machinedeployment()) is GpuResource.DRA
     md = machinedeployment({domain.CA_CAPACITY_GPU_TYPE: "nvidia.com/gpu"})
-    assert annotations.gpu_resource_of(md) is GpuResource.DEVICE_PLUGIN
+    assert ca_annotations.gpu_resource_of(md) is GpuResource.DEVICE_PLUGIN
 
 
 def test_other_labels_and_taints_in_the_annotations_are_kept() -> None:
@@ -115,7 +116,7 @@ def test_other_labels_and_taints_in_the_annotations_are_kept() -> None:
             domain.CA_CAPACITY_TAINTS: "dedicated=ml:NoSchedule,readiness.k8s.io/gpu-not-ready=x:NoExecute",
         }
     )
-    want = annotations.desired(md, nodegroup.node_shape(template(BALANCED))).present()
+    want = ca_annotations.desired(md, nodegroup.node_shape(template(BALANCED))).present()
     assert want[domain.CA_CAPACITY_LABELS].split(",")[:2] == [
         "cluster-api/accelerator=rtx-pro-6000",
         "gpu.infrastructure.cluster.x-k8s.io/gpu=true",
@@ -125,7 +126,7 @@ def test_other_labels_and_taints_in_the_annotations_are_kept() -> None:
 
 
 def test_owner_goes_on_as_annotation_and_label() -> None:
-    want = annotations.desired(
+    want = ca_annotations.desired(
         machinedeployment(), nodegroup.node_shape(template(BALANCED)), owner=ScaleOwner.CLAIM_SCALER, max_pods=64
     )
     assert want.annotations[domain.ANNOTATION_SCALER_OWNER] == "claim-scaler"
@@ -134,14 +135,14 @@ def test_owner_goes_on_as_annotation_and_label() -> None:
 
 
 def test_no_capacity_yet_is_incomplete() -> None:
-    with pytest.raises(annotations.Incomplete, match=r"status\.capacity"):
-        annotations.desired(machinedeployment(), nodegroup.node_shape(template(BALANCED, capacity=None)))
+    with pytest.raises(ca_annotations.Incomplete, match=r"status\.capacity"):
+        ca_annotations.desired(machinedeployment(), nodegroup.node_shape(template(BALANCED, capacity=None)))
 
 
 def test_merge_patch_sets_changes_removes_stale_gpu_keys_and_is_none_when_current() -> None:
     md = machinedeployment({domain.CA_CAPACITY_DRA_DRIVER: "gpu.nvidia.com", domain.CA_CAPACITY_CPU: "8"})
-    want = annotations.desired(md, nodegroup.node_shape(template(BALANCED)), owner=ScaleOwner.CLAIM_SCALER)
-    patch = annotations.merge_patch(md, want)
+    want = ca_annotations.desired(md, nodegroup.node_shape(template(BALANCED)), owner=ScaleOwner.CLAIM_SCALER)
+    patch = ca_annotations.merge_patch(md, want)
     assert patch is not None
     ann = patch["metadata"]["annotations"]
     assert ann[domain.CA_CAPACITY_CPU] == "48"
@@ -151,7 +152,7 @@ def test_merge_patch_sets_changes_removes_stale_gpu_keys_and_is_none_when_curren
     applied = copy.deepcopy(md)
     applied["metadata"]["annotations"] = {k: v for k, v in {**md["metadata"]["annotations"], **ann}.items() if v}
     applied["metadata"]["labels"].update(patch["metadata"]["labels"])
-    assert annotations.merge_patch(applied, want) is None
+    assert ca_annotations.merge_patch(applied, want) is None
 
 
 @pytest.mark.parametrize(

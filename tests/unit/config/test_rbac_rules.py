@@ -33,7 +33,7 @@ VERBS = {
 # kopf: every handled resource is listed and watched; daemons and on.delete/on.update handlers patch the
 # object (finalizer, progress annotations).
 KOPF_PATCHES = {"daemon", "delete", "update", "create", "resume", "timer", "field"}
-SCANNED = [h.REPO / "capi_gpu" / "controllers", h.REPO / "capi_gpu" / "readiness"]
+SCANNED = [h.REPO / "capi_gpu" / d for d in ("controllers", "readiness", "autoscaler")]
 
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 OUR_PLURALS = {
