@@ -20,11 +20,12 @@ from capi_gpu.sim.controlplane import ControlPlane
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-# The runbooks written against `capi-gpu hosts` and `capi-gpu cost`; add others as they gain bash blocks.
+# The runbooks written against `capi-gpu hosts`, `cost` and `autoscaler`; add others as they gain bash blocks.
 DOCS = (
     "docs/runbooks/register-and-inspect-hosts.md",
     "docs/runbooks/maintenance-and-retire.md",
     "docs/cost.md",
+    "docs/autoscaling.md",
 )
 _BLOCK = re.compile(r"^```(?P<lang>bash|sh)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
 
