@@ -39,6 +39,7 @@ from capi_gpu.kube import (
     RESOURCESLICES,
     AsyncKube,
     Conflict,
+    KubeError,
     Obj,
     ours,
 )
@@ -85,7 +86,10 @@ class ClaimScaler:
                     self._apply(await asyncio.wait_for(queue.get(), timeout=self.resync))
                     await self._quiet(queue)
                 if len(self._synced) == len(informers):
-                    await self.evaluate()
+                    try:
+                        await self.evaluate()
+                    except (KubeError, OSError) as exc:  # an apiserver blip: the next change or resync retries
+                        log.warning("claim scaler %s/%s: pass failed: %s", self.namespace, self.cluster, exc)
         finally:
             for inf in informers:
                 inf.stop()
@@ -201,11 +205,13 @@ class ClaimScaler:
             mine = [
                 u for u in decision.unserved if u.why is decide.Shortfall.AT_MAX_SIZE and offered & set(u.alternatives)
             ]
-            if g.owned and mine:
-                message = f"at max size {g.max_size}; still pending: " + "; ".join(u.message() for u in mine)
-                if self._said.get(f"blocked/{g.name}") != message:
-                    self._said[f"blocked/{g.name}"] = message
-                    self.emit(mds[g.name], "ClaimScaleBlocked", message, warning=True)
+            if not (g.owned and mine):
+                self._said.pop(f"blocked/{g.name}", None)  # said again if it comes back
+                continue
+            message = f"at max size {g.max_size}; still pending: " + "; ".join(u.message() for u in mine)
+            if self._said.get(f"blocked/{g.name}") != message:
+                self._said[f"blocked/{g.name}"] = message
+                self.emit(mds[g.name], "ClaimScaleBlocked", message, warning=True)
         others = [u.message() for u in decision.unserved if u.why is not decide.Shortfall.AT_MAX_SIZE]
         if others:
             self._say("unserved", f"claim scaler {self.namespace}/{self.cluster}: not served: " + "; ".join(others))
