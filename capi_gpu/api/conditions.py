@@ -81,8 +81,16 @@ def set_condition(
     out = [c.model_copy() for c in conditions if c.type != str(type_)]
     old = next((c for c in conditions if c.type == str(type_)), None)
     when = old.last_transition_time if old is not None and old.status == status else now
-    out.append(Condition(type=str(type_), status=status, reason=str(reason), message=message[:2000],
-                         last_transition_time=when, observed_generation=observed_generation))
+    out.append(
+        Condition(
+            type=str(type_),
+            status=status,
+            reason=str(reason),
+            message=message[:2000],
+            last_transition_time=when,
+            observed_generation=observed_generation,
+        )
+    )
     return sorted(out, key=lambda c: c.type)
 
 

@@ -15,8 +15,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the operator")
     p.add_argument("--kubeconfig", help="management cluster kubeconfig (in-cluster config when unset)")
     p.add_argument("--namespace", default="", help="watch only this namespace (empty or *: all)")
-    p.add_argument("--watch-filter", default="", help="only objects labelled cluster.x-k8s.io/watch-filter=VALUE "
-                   "(empty or *: all)")
+    p.add_argument(
+        "--watch-filter", default="", help="only objects labelled cluster.x-k8s.io/watch-filter=VALUE (empty or *: all)"
+    )
     p.add_argument("--robot-url", default="", help="Robot webservice URL for every host (simulator)")
     p.add_argument("--robot-share", type=float, default=1.0, help="share of the Robot account budget (0-1]")
     p.add_argument("--timing-scale", type=float, default=1.0, help="divide provisioning timeouts (simulator only)")
@@ -30,8 +31,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--no-gate", action="store_true", help="don't run the readiness gate")
     p.add_argument("--claim-scaler", action="store_true", help="run the claim-aware scaler (docs/autoscaling.md)")
-    p.add_argument("--sync-autoscaler-annotations", action="store_true",
-                   help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync")
+    p.add_argument(
+        "--sync-autoscaler-annotations",
+        action="store_true",
+        help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -53,13 +57,20 @@ def run(args: argparse.Namespace) -> int:
     from capi_gpu.kube import AsyncKube, Kube
     from capi_gpu.provisioning.ansible import AnsibleRunner
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = Settings(
-        namespace=every(args.namespace), watch_filter=every(args.watch_filter), robot_url=args.robot_url or None,
-        robot_share=args.robot_share, timing_scale=args.timing_scale, provisioning_limit=args.provisioning_limit,
-        artifacts_dir=args.artifacts_dir, playbook_overrides=Settings.load_overrides(args.playbook_vars),
-        gate=not args.no_gate, claim_scaler=args.claim_scaler,
+        namespace=every(args.namespace),
+        watch_filter=every(args.watch_filter),
+        robot_url=args.robot_url or None,
+        robot_share=args.robot_share,
+        timing_scale=args.timing_scale,
+        provisioning_limit=args.provisioning_limit,
+        artifacts_dir=args.artifacts_dir,
+        playbook_overrides=Settings.load_overrides(args.playbook_vars),
+        gate=not args.no_gate,
+        claim_scaler=args.claim_scaler,
         template_sync_annotations=args.sync_autoscaler_annotations,
     )
 
@@ -83,13 +94,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
-    asyncio.run(kopf.operator(
-        registry=registry,
-        clusterwide=settings.namespace is None,
-        namespaces=[settings.namespace] if settings.namespace else [],
-        standalone=not args.peering,
-        peering_name=args.peering or None,
-        priority=args.priority,
-        liveness_endpoint=args.liveness or None,
-    ))
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            clusterwide=settings.namespace is None,
+            namespaces=[settings.namespace] if settings.namespace else [],
+            standalone=not args.peering,
+            peering_name=args.peering or None,
+            priority=args.priority,
+            liveness_endpoint=args.liveness or None,
+        )
+    )
     return EXIT_OK

@@ -33,9 +33,11 @@ def secret_value(secret: Obj, key: str, what: str) -> str:
         name = secret["metadata"]["name"]
         raise AccessError("SecretInvalid", f"Secret {name} has no key {key!r} ({what})")
     try:
-        return base64.b64decode(raw).decode().strip()
+        text = base64.b64decode(raw).decode()
     except (ValueError, UnicodeDecodeError) as exc:
         raise AccessError("SecretInvalid", f"Secret {secret['metadata']['name']} key {key!r} is not text") from exc
+    # A PEM/OpenSSH key needs its final newline (sshd refuses a host key without it); other values are trimmed.
+    return text.strip() + "\n" if "PRIVATE KEY-----" in text else text.strip()
 
 
 @dataclass

@@ -67,12 +67,12 @@ def _daemon(registry: kopf.OperatorRegistry, when: Callable[..., bool], plural: 
 def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Factory) -> None:
     when = _filter(settings)
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         configure(settings)
         memo.deps = make_deps()
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(memo: Any, **_: Any) -> None:
         await memo.deps.robots.close()
         memo.deps.kube.close()
@@ -87,19 +87,19 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
 
 
 def _deletions(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:
-    @kopf.on.delete(G, V, "hetznergpuhosts", registry=registry, when=when)
+    @kopf.on.delete(G, V, "hetznergpuhosts", id="host-delete", registry=registry, when=when)
     async def host_delete(body: kopf.Body, **_: Any) -> None:
         host = HetznerGPUHost.model_validate(dict(body))
         moving = domain.DELETE_FOR_MOVE_ANNOTATION in (body["metadata"].get("annotations") or {})
         if host.spec.consumer_ref is not None and not moving:
             raise kopf.TemporaryError(f"in use by {host.spec.consumer_ref.name}; delete the Machine first", delay=30)
 
-    @kopf.on.delete(G, V, "hetznergpumachines", registry=registry, when=when)
+    @kopf.on.delete(G, V, "hetznergpumachines", id="machine-delete", registry=registry, when=when)
     async def machine_delete(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         if not await machine_loop.release(memo.deps, namespace or "", name, dict(body)):
             raise kopf.TemporaryError("waiting for the host to deprovision", delay=5)
 
-    @kopf.on.event("cluster.x-k8s.io", "v1beta2", "machines", registry=registry, when=when)
+    @kopf.on.event("cluster.x-k8s.io", "v1beta2", "machines", id="capi-machine", registry=registry, when=when)
     async def capi_machine(spec: kopf.Spec, namespace: str | None, memo: Any, **_: Any) -> None:
         ref = spec.get("infrastructureRef") or {}
         if ref.get("apiGroup") == G and ref.get("kind") == "HetznerGPUMachine":

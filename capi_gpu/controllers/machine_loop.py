@@ -252,6 +252,9 @@ async def _finish(deps: Deps, s: Scope, before: dict[str, Any]) -> None:
     s.machine.status.conditions = conds
     if s.machine.spec.provider_id and s.obj.get("spec", {}).get("providerID") != s.machine.spec.provider_id:
         await deps.kube.patch(MACHINES, s.name, {"spec": {"providerID": s.machine.spec.provider_id}}, s.namespace)
+        cluster = (s.obj["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
+        if cluster:
+            deps.wakeups.wake("gate", s.namespace, cluster)  # its node is now one the gate owns
     if s.machine.status.model_dump() != HetznerGPUMachineStatus.model_validate(before["status"]).model_dump():
         await deps.kube.patch(
             MACHINES,

@@ -85,7 +85,7 @@ def post_install(
     parts = [
         "#!/bin/bash\nset -euo pipefail\numask 077\n",
         "rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub\n",
-        _heredoc(f"/etc/ssh/ssh_host_{key_type}_key", os_host_private_key, "0600"),
+        _heredoc(f"/etc/ssh/ssh_host_{key_type}_key", os_host_private_key.rstrip("\n") + "\n", "0600"),
         _heredoc(f"/etc/ssh/ssh_host_{key_type}_key.pub", os_host_public_key + "\n", "0644"),
         _heredoc("/root/.ssh/authorized_keys", authorized_key.strip() + "\n", "0600"),
         _heredoc(f"{SEED_DIR}/meta-data", meta, "0600"),

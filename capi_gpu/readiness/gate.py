@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from typing import Any
@@ -39,6 +38,7 @@ from capi_gpu.readiness.informer import Change, Informer, queue_emitter
 log = logging.getLogger(__name__)
 MANAGER = "capi-gpu-gate"
 TARGET_TTL = 5.0
+RESYNC = 30.0  # re-evaluate every node from cache this often, or when the management side changed
 LATENCY_SAMPLES = 4096
 NODE_RETRY = 5.0
 
@@ -71,17 +71,28 @@ class ClusterGate:
             Informer(self.wl.sync, res, kind, emit).start()
             for res, kind in ((NODES, "node"), (RESOURCESLICES, "slice"), (RESOURCECLAIMS, "claim"))
         ]
+        # The management side wakes us too: a machine that just got its providerID makes a node ours.
+        mgmt_wake = self.deps.wakeups.event("gate", self.namespace, self.cluster)
         try:
             while not stopped:
-                wake = min([*self._recheck.values(), *self._node_retry.values()], default=time.monotonic() + 30)
+                wake = min([*self._recheck.values(), *self._node_retry.values()], default=time.monotonic() + RESYNC)
                 timeout = max(0.05, wake - time.monotonic())
-                first: Change | None = None
-                with contextlib.suppress(TimeoutError):
-                    first = await asyncio.wait_for(queue.get(), timeout=min(timeout, 30.0))
-                batch = [first] if first else []
+                getter = asyncio.ensure_future(queue.get())
+                woken = asyncio.ensure_future(mgmt_wake.wait())
+                done, _ = await asyncio.wait(
+                    {getter, woken}, timeout=min(timeout, RESYNC), return_when=asyncio.FIRST_COMPLETED
+                )
+                for fut in (getter, woken):
+                    if fut not in done:
+                        fut.cancel()
+                batch = [getter.result()] if getter in done else []
                 while not queue.empty():
                     batch.append(queue.get_nowait())
-                await self.process(batch)
+                resync = woken in done or not done
+                if resync:
+                    mgmt_wake.clear()
+                    self._targets_at = 0.0  # reload: which machines (and so nodes) are ours may have changed
+                await self.process(batch, resync=resync)
         finally:
             for inf in informers:
                 inf.stop()
@@ -124,7 +135,7 @@ class ClusterGate:
                     self._allocated_seen.setdefault(key, ch.seen)
         return nodes, claims
 
-    async def process(self, batch: list[Change]) -> None:
+    async def process(self, batch: list[Change], resync: bool = False) -> None:
         dirty_nodes: set[str] = set()
         dirty_claims: set[tuple[str, str]] = set()
         for ch in batch:
@@ -138,6 +149,9 @@ class ClusterGate:
             return
         for name in retry:
             del self._node_retry[name]
+        if resync:
+            self._not_targets.clear()
+            dirty_nodes |= set(self.nodes)
         changed_verdicts = await self.evaluate_nodes(dirty_nodes | retry)
         # A node verdict change can settle claims waiting on it.
         touched = {k for k, c in self.claims.items() if _gate_node(c) in changed_verdicts}

@@ -338,13 +338,13 @@ class ControlPlane:
                     # v1beta2-only use: no conversion webhook is running.
                     doc["spec"]["conversion"] = {"strategy": "None"}
                     docs.append(doc)
-        self._apply_crds(kube, docs)
+        self.apply_crds(kube, docs)
 
     def install_crds(self, kube: Kube, paths: list[Path]) -> None:
         docs = [d for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
-        self._apply_crds(kube, docs)
+        self.apply_crds(kube, docs)
 
-    def _apply_crds(self, kube: Kube, docs: list[dict[str, Any]]) -> None:
+    def apply_crds(self, kube: Kube, docs: list[dict[str, Any]]) -> None:
         for doc in docs:
             try:
                 kube.create(CRDS, doc)
@@ -356,7 +356,7 @@ class ControlPlane:
         for doc in docs:
             name = doc["metadata"]["name"]
             while True:
-                conds = kube.get(CRDS, name).get("status", {}).get("conditions", [])
+                conds = (kube.get(CRDS, name).get("status") or {}).get("conditions") or []
                 if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
                     break
                 if time.monotonic() > deadline:

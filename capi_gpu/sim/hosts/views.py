@@ -30,6 +30,7 @@ from capi_gpu.sim.hosts import hardware, targets
 # Stand-ins for Hetzner's image directory; installimage validates names and existence, never content.
 IMAGES = (
     "Ubuntu-2404-noble-amd64-base.tar.gz",
+    "Ubuntu-2404-noble-amd64-base.tar.zst",  # the form hetzner.md §4.2 shows
     "Ubuntu-2204-jammy-amd64-base.tar.gz",
     "Debian-1208-bookworm-amd64-base.tar.gz",
     "Debian-1300-trixie-amd64-base.tar.zst",

@@ -1,0 +1,324 @@
+"""The whole simulated world in one object: control plane, Robot, GEX131 fleet, operator, a cluster.
+
+``capi-gpu dev up`` and the e2e suite both stand on this, so what a user watches in ``make dev`` is
+what CI proves. The operator runs as a subprocess (it can be killed at any step and restarted); the
+cluster comes from ``config/clusterctl/cluster-template-dev.yaml`` rendered with dev variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from capi_gpu import domain
+from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec
+from capi_gpu.kube import (
+    CAPI_MACHINEDEPLOYMENTS,
+    DEVICECLASSES,
+    NAMESPACES,
+    RESOURCECLAIMTEMPLATES,
+    SECRETS,
+    Kube,
+    Res,
+    ours,
+)
+from capi_gpu.sim import aptrepo, binaries, controlplane_object, templates
+from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu.sim.fleet import Fleet, FleetConfig
+from capi_gpu.sim.hosts import keys
+from capi_gpu.sim.robot import RobotSim
+
+T = TypeVar("T")
+HOSTS = ours("hetznergpuhosts")
+DRA_CLAIMS = binaries.REPO / "config" / "dra" / "claims"
+DRA_CLASSES = binaries.REPO / "config" / "dra"
+NVIDIA_CLASSES = [  # what NVIDIA's DRA chart installs (the chart itself can't run here)
+    ("mig.nvidia.com", 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"'),
+    ("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"'),
+]
+
+
+@dataclass
+class WorldConfig:
+    state_dir: Path
+    hosts: int = 3
+    compression: float = 600.0  # simulated seconds per real second (Robot, resets, boots)
+    timing_scale: float = 60.0  # the operator's provisioning timeouts divided by this
+    namespace: str = "gpu"
+    cluster: str = "dev"
+    layout: str = "all-balanced"
+    kubernetes_version: str = "v1.36.3"
+    driver_branch: str = "580"
+    binding_timeout: int = 30
+    operator_args: list[str] = field(default_factory=list)
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class World:
+    def __init__(self, config: WorldConfig) -> None:
+        self.config = config
+        self.cp = ControlPlane(
+            config.state_dir / "controlplane", Options(binding_timeout_seconds=config.binding_timeout)
+        )
+        self.robot: RobotSim | None = None
+        self.fleet: Fleet | None = None
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.kube: Kube | None = None
+        self.key = keys.generate(comment="capi-gpu-dev")
+        self.started = time.monotonic()
+        self.operator_starts = 0
+
+    @property
+    def k(self) -> Kube:
+        assert self.kube is not None
+        return self.kube
+
+    def start(self) -> World:
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.cp.start()
+            self.kube = self.cp.kube()
+            self.robot = RobotSim(compression=cfg.compression).start()
+            repo = aptrepo.ensure_repo(cfg.kubernetes_version, cfg.driver_branch)
+            self.repo = repo
+            self.fleet = Fleet(FleetConfig(hosts=cfg.hosts, apt_repo=repo), robot=self.robot).start()
+            self.fleet.attach_workload(self.kube)
+            self._namespace_and_secrets()
+            self._dra_classes()
+            self.register_hosts()
+            self.apply_cluster()
+            self.start_operator()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _namespace_and_secrets(self) -> None:
+        cfg, robot = self.config, self.robot
+        assert robot is not None
+        self.k.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cfg.namespace}})
+
+        def secret(name: str, data: dict[str, str], type_: str = "Opaque") -> None:
+            self.k.apply(
+                SECRETS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "type": type_,
+                    "metadata": {"name": name, "namespace": cfg.namespace},
+                    "stringData": data,
+                },
+                cfg.namespace,
+            )
+
+        secret("robot-credentials", {"robot-user": robot.username, "robot-password": robot.password})
+        secret("robot-ssh", {"ssh-privatekey": self.key.private_openssh, "ssh-publickey": self.key.public_line})
+        secret(f"{cfg.cluster}-gpu-bootstrap", {"value": self.bootstrap_data()}, "cluster.x-k8s.io/secret")
+        self.cp.write_workload_kubeconfig(cfg.cluster, cfg.namespace)
+
+    def bootstrap_data(self) -> str:
+        """What CABPK would render for a GPU worker: a kubeadm join with the startup taint and providerID."""
+        token = f"{secrets.token_hex(3)}.{secrets.token_hex(8)}"
+        join = {
+            "apiVersion": "kubeadm.k8s.io/v1beta4",
+            "kind": "JoinConfiguration",
+            "discovery": {
+                "bootstrapToken": {
+                    "apiServerEndpoint": self.cp.url.removeprefix("https://"),
+                    "token": token,
+                    "unsafeSkipCAVerification": True,
+                }
+            },
+            "nodeRegistration": {
+                "name": "{{ v1.local_hostname }}",
+                "taints": [{"key": domain.NODE_STARTUP_TAINT, "effect": "NoSchedule"}],
+                "kubeletExtraArgs": [
+                    {
+                        "name": "provider-id",
+                        "value": f"{domain.PROVIDER_ID_PREFIX}{{{{ ds.meta_data.server_number }}}}",
+                    },
+                    {
+                        "name": "node-labels",
+                        "value": f"{domain.CA_ACCELERATOR_LABEL}=rtx-pro-6000,{domain.LABEL_GPU_PRESENT}=true",
+                    },
+                ],
+            },
+        }
+        content = "".join(f"      {line}\n" for line in yaml.safe_dump(join, sort_keys=False, width=1000).splitlines())
+        # As CABPK writes it: jinja header, the join config as a literal block, then the runcmd.
+        return (
+            "## template: jinja\n#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n"
+            f"  permissions: '0640'\n  content: |\n{content}"
+            "runcmd:\n- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n"
+            f"- mkdir -p /run/cluster-api && echo success > {domain.BOOTSTRAP_SENTINEL}\n"
+        )
+
+    def _dra_classes(self) -> None:
+        for name, expr in NVIDIA_CLASSES:
+            self.k.apply(
+                DEVICECLASSES,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": name},
+                    "spec": {"selectors": [{"cel": {"expression": expr}}]},
+                },
+            )
+        for path in sorted(DRA_CLASSES.glob("*deviceclass*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    self.k.apply(DEVICECLASSES, doc)
+        for path in sorted(DRA_CLAIMS.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "ResourceClaimTemplate":
+                    doc["metadata"]["namespace"] = self.config.namespace
+                    self.k.apply(RESOURCECLAIMTEMPLATES, doc, self.config.namespace)
+
+    def register_hosts(self) -> None:
+        assert self.fleet is not None
+        for n in sorted(self.fleet.hosts):
+            host = HetznerGPUHost(metadata={"name": f"gex131-{n}"}, spec=HetznerGPUHostSpec(server_number=n)).wire()
+            host.pop("status", None)
+            self.k.apply(HOSTS, host, self.config.namespace)
+
+    def template_values(self) -> dict[str, str]:
+        cfg, robot = self.config, self.robot
+        assert robot is not None
+        port = self.cp.url.rsplit(":", 1)[1]
+        return {
+            "CLUSTER_NAME": cfg.cluster,
+            "NAMESPACE": cfg.namespace,
+            "KUBERNETES_VERSION": cfg.kubernetes_version,
+            "CONTROL_PLANE_ENDPOINT_HOST": "127.0.0.1",
+            "CONTROL_PLANE_ENDPOINT_PORT": port,
+            "HETZNER_ROBOT_URL": robot.url,
+            "GPU_MIG_LAYOUT": cfg.layout,
+            "GPU_DRIVER_BRANCH": cfg.driver_branch,
+        }
+
+    def apply_cluster(self) -> None:
+        controlplane_object.install(self.k, self.cp)
+        for doc in templates.render(templates.TEMPLATES / "cluster-template-dev.yaml", self.template_values()):
+            group, _, version = doc["apiVersion"].rpartition("/")
+            res = Res(group, version, doc["kind"].lower() + "s")
+            self.k.apply(res, doc, self.config.namespace)
+        controlplane_object.mark_initialized(
+            self.k, self.config.cluster, self.config.namespace, self.config.kubernetes_version
+        )
+
+    def playbook_vars_file(self) -> Path:
+        overrides = {
+            k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v)
+            for k, v in aptrepo.playbook_repositories(self.repo).items()
+        }
+        path = self.config.state_dir / "playbook-vars.yaml"
+        path.write_text(yaml.safe_dump(overrides))
+        return path
+
+    def start_operator(self, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
+        assert self.robot is not None
+        self.operator_starts += 1
+        log = (self.config.state_dir / f"operator-{self.operator_starts}.log").open("wb")
+        argv = [
+            sys.executable,
+            "-m",
+            "capi_gpu.cli",
+            "run",
+            "--kubeconfig",
+            str(self.cp.kubeconfig),
+            "--robot-url",
+            self.robot.url,
+            "--timing-scale",
+            str(self.config.timing_scale),
+            "--metrics-port",
+            "0",
+            "--liveness",
+            "",
+            "--artifacts-dir",
+            str(self.config.state_dir / "artifacts"),
+            "--playbook-vars",
+            str(self.playbook_vars_file()),
+            *self.config.operator_args,
+            *(extra or []),
+        ]
+        self.operator = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
+        return self.operator
+
+    def kill_operator(self, signal_: int = 9) -> None:
+        if self.operator is not None and self.operator.poll() is None:
+            self.operator.send_signal(signal_)
+            self.operator.wait(30)
+        self.operator = None
+
+    def scale(self, replicas: int, md: str | None = None) -> None:
+        name = md or f"{self.config.cluster}-gpu"
+        self.k.patch(CAPI_MACHINEDEPLOYMENTS, name, {"spec": {"replicas": replicas}}, self.config.namespace)
+
+    def hosts(self) -> list[dict[str, Any]]:
+        return self.k.list(HOSTS, self.config.namespace)
+
+    def operator_logs(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.config.state_dir.glob("operator-*.log")))
+
+    def dump(self) -> Path:
+        """Events and statuses of everything, for a post-mortem (a failed test prints the path)."""
+        from capi_gpu.kube import CAPI_MACHINES, EVENTS, NODES
+
+        path = self.config.state_dir / "dump.json"
+        if self.kube is None:
+            return path
+        ns = self.config.namespace
+        doc = {
+            "events": [
+                f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: {e.get('reason')}: "
+                f"{e.get('message')}"
+                for e in self.k.list(EVENTS, ns)
+            ],
+            "hosts": {h["metadata"]["name"]: h.get("status") for h in self.k.list(HOSTS, ns)},
+            "machines": {m["metadata"]["name"]: m.get("status") for m in self.k.list(CAPI_MACHINES, ns)},
+            "gpumachines": {
+                m["metadata"]["name"]: m.get("status") for m in self.k.list(ours("hetznergpumachines"), ns)
+            },
+            "nodes": {
+                n["metadata"]["name"]: {
+                    "taints": n["spec"].get("taints"),
+                    "conditions": n.get("status", {}).get("conditions"),
+                }
+                for n in self.k.list(NODES)
+            },
+        }
+        path.write_text(json.dumps(doc, indent=1, default=str))
+        return path
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.dump()
+        self.kill_operator(15)
+        if self.fleet is not None:
+            self.fleet.close()
+        if self.robot is not None:
+            self.robot.stop()
+        if self.kube is not None:
+            self.kube.close()
+        self.cp.stop()
