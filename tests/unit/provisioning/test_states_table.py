@@ -100,7 +100,10 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         "rescue-escalates-to-hw",
         in_rescue(
             host(
-                INS, Step.RESCUE, started=12 * M, ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")]
+                INS,
+                Step.RESCUE,
+                started=12 * M,
+                ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")],
             )
         ),
         Observations(ssh=ssh(SSHOutcome.TIMEOUT), rescue_active=True),
@@ -113,7 +116,10 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         "rescue-reactivates-before-hw",
         in_rescue(
             host(
-                INS, Step.RESCUE, started=12 * M, ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")]
+                INS,
+                Step.RESCUE,
+                started=12 * M,
+                ops=[("activate-rescue", 12 * M, "Sent"), ("reset-sw", 11 * M, "Sent")],
             )
         ),
         Observations(ssh=ssh(SSHOutcome.TIMEOUT), rescue_active=False),
