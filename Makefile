@@ -43,6 +43,10 @@ venv: ## create .venv (if missing) and install .[dev] into it
 	[ -x $(PY) ] || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 
+.PHONY: system-deps
+system-deps: ## Debian packages the simulated fleet needs (debootstrap, iproute2, ...; needs root)
+	bash hack/install-system-deps.sh
+
 .PHONY: upstream
 upstream: ## build the pinned kube-apiserver, scheduler, kcm, kubectl, kine, CAPI, kustomize
 	bash hack/build-upstream.sh all
@@ -64,7 +68,7 @@ lint: $(PY) ## ruff, ruff format, mypy --strict, import-linter, ansible-lint
 	$(VENV)/bin/ansible-lint --profile production playbooks/
 
 .PHONY: test
-test: $(PY) ## every test tier (unit, integration, e2e); binaries are built when missing
+test: $(PY) system-deps upstream ## every test tier (unit, integration, e2e)
 	$(PYTEST) tests e2e
 
 .PHONY: crds
@@ -100,7 +104,7 @@ docker-build: ## build the operator image as IMG
 # --- local development ---------------------------------------------------------------------------
 
 .PHONY: dev
-dev: $(PY) ## start the local management cluster + simulated fleet (capi-gpu dev up)
+dev: $(PY) system-deps upstream ## start the local management cluster + simulated fleet (capi-gpu dev up)
 	$(VENV)/bin/capi-gpu dev up
 
 .PHONY: dev-down
