@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 from pathlib import Path
 from typing import Any
 
+from capi_gpu import logs
 from capi_gpu.cli import EXIT_OK
 
 
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync",
     )
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="json: one object per line")
     p.set_defaults(func=run)
 
 
@@ -57,9 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from capi_gpu.kube import AsyncKube, Kube
     from capi_gpu.provisioning.ansible import AnsibleRunner
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.verbose, args.log_format)
     settings = Settings(
         namespace=every(args.namespace),
         watch_filter=every(args.watch_filter),

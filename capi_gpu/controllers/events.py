@@ -6,19 +6,16 @@ password. Known secret values are replaced by name, PEM blocks by a marker, and 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
-_PEM = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|$)", re.S)
-_SECRETISH = re.compile(r"(?i)(password|passwd|token|secret)(\s*[=:]\s*)\S+")
+from capi_gpu import logs
 
 
 def redact(text: str, secrets: Iterable[str] = (), limit: int = 1024) -> str:
-    text = _PEM.sub("[redacted private key]", text)
-    text = _SECRETISH.sub(r"\1\2[redacted]", text)
+    text = logs.redact(text)
     for secret in secrets:
         if secret and len(secret) >= 6:
             text = text.replace(secret, "[redacted]")

@@ -1,0 +1,32 @@
+"""Operator logs: secrets redacted from every record (text and JSON), JSON lines parse."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from capi_gpu import logs
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def _capture(fmt: str, message: str, *args: object) -> str:
+    logs.configure(fmt=fmt)
+    stream = io.StringIO()
+    handler = logging.getLogger().handlers[0]
+    handler.setStream(stream)  # type: ignore[attr-defined]
+    logging.getLogger("capi_gpu.test").info(message, *args)
+    return stream.getvalue()
+
+
+def test_private_keys_and_passwords_never_reach_the_log() -> None:
+    out = _capture("text", "ssh failed with %s and password=%s", KEY, "hunter2hunter2")
+    assert "b3BlbnNzaC1rZXk" not in out and "hunter2hunter2" not in out
+    assert "[redacted private key]" in out and "password=[redacted]" in out
+
+
+def test_json_lines_carry_level_logger_and_the_redacted_message() -> None:
+    doc = json.loads(_capture("json", "token: %s", "abcdef0123456789"))
+    assert doc["level"] == "info" and doc["logger"] == "capi_gpu.test"
+    assert "abcdef0123456789" not in doc["msg"]
