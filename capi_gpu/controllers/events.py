@@ -6,12 +6,15 @@ password. Known secret values are replaced by name, PEM blocks by a marker, and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
 from capi_gpu import logs
+
+log = logging.getLogger(__name__)
 
 
 def redact(text: str, secrets: Iterable[str] = (), limit: int = 1024) -> str:
