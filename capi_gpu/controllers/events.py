@@ -33,6 +33,8 @@ def emit(obj: Mapping[str, Any], reason: str, message: str, warning: bool = Fals
         "kind": obj.get("kind"),
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
     }
-    kopf.event(
-        kopf.Body(body), type="Warning" if warning else "Normal", reason=reason, message=redact(message, secrets)
-    )
+    text = redact(message, secrets)
+    try:
+        kopf.event(kopf.Body(body), type="Warning" if warning else "Normal", reason=reason, message=text)
+    except LookupError:  # outside a running operator (CLI, tests): the log is the record
+        log.info("event %s/%s %s: %s", meta.get("namespace"), meta.get("name"), reason, text)
