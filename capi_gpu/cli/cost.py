@@ -41,6 +41,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--used-hours", type=float, action="append", default=[], metavar="H", help="per month (repeatable)"
     )
     src.add_argument("--measured", action="store_true", help="measure from ResourceClaims over --window")
+    p.add_argument(
+        "--standby-hosts",
+        type=int,
+        default=None,
+        help="hosts kept on standby (idle, prepared); with --measured: counted from HetznerGPUHosts",
+    )
     p.add_argument("--window", default="24h", help="measurement window, e.g. 24h, 7d (with --measured)")
     p.add_argument("--node", action="append", default=[], help="measure only these GPU nodes (repeatable)")
     p.add_argument("--gpu", default="rtx-pro-6000", help="catalog model whose MIG slices are counted")
@@ -130,6 +136,14 @@ def run(args: argparse.Namespace) -> int:
     except (cost.CostError, usage.UsageError, catalog.CatalogError) as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from exc
     doc = report(price, terms, fx, offers, scenarios, measured)
+    standby = args.standby_hosts if args.standby_hosts is not None else (_standby_hosts(args) if args.measured else 0)
+    if standby:
+        month = cost.leased_month(price, terms)
+        doc["standby"] = {
+            "hosts": standby,
+            "idle_per_month": round(standby * month, 2),
+            "idle_per_hour": round(standby * month / terms.hours_per_month, 4),
+        }
     if args.output == "json":
         kubeargs.print_json(doc)
     else:
@@ -322,8 +336,26 @@ def _times(offer: dict[str, Any]) -> str:
     return "" if fraction == 1 else f" (x{1 / fraction:g})"
 
 
+def _standby_hosts(args: argparse.Namespace) -> int:
+    """Hosts a standby pool keeps prepared and idle (state Standby, no consumer), cluster-wide."""
+    from capi_gpu.kube import ours
+
+    kube = kubeargs.connect(args)
+    return sum(
+        1
+        for h in kube.list(ours("hetznergpuhosts"))
+        if (h.get("status") or {}).get("state") == "Standby" and not h["spec"].get("consumerRef")
+    )
+
+
 def _print_notes(doc: dict[str, Any]) -> None:
     t, fx, seed = doc["terms"], doc["fx"], doc["seed_check"]
+    if doc.get("standby"):
+        sb = doc["standby"]
+        print(
+            f"standby pool: {sb['hosts']} idle host(s) cost {_eur(sb['idle_per_month'])} a month "
+            f"({_eur(sb['idle_per_hour'])}/h) while they wait for a claim"
+        )
     for o in doc["cloud"]:
         share = "a whole GPU" if o["gpu_fraction"] == 1 else f"{o['gpu_fraction']:g} of a GPU"
         print(

@@ -112,3 +112,15 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]
 def test_measured_without_a_kubeconfig_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc, _, err = run(capsys, "--measured", "--kubeconfig", str(tmp_path / "none"))
     assert rc == 2 and "kubeconfig" in err
+
+
+def test_standby_hosts_show_what_they_cost_while_idle(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 9: the report shows what the standby pool costs while idle (leased month, setup amortised)."""
+    from capi_gpu.cli import main
+
+    assert main(["cost", "--standby-hosts", "2", "--utilization", "0.5", "-o", "json"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["standby"]["hosts"] == 2
+    assert doc["standby"]["idle_per_month"] == pytest.approx(2 * 1622.22, abs=0.02)
