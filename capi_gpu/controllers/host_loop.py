@@ -17,7 +17,7 @@ from capi_gpu.controllers import events, host_actions, host_probes, loops
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
 from capi_gpu.kube import Obj
-from capi_gpu.provisioning import host_conditions, outcomes, states
+from capi_gpu.provisioning import host_conditions, outcomes, states, transitions
 from capi_gpu.provisioning.model import Decision, Observations
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ async def _write(
     if host.spec.consumer_ref is not None and (old_state, old_step) != (status.state, status.step):
         deps.wakeups.wake("machine", host.spec.consumer_ref.namespace or ns, host.spec.consumer_ref.name)
     key = (ns, name)
-    if status.state in states.PIPELINE_STATES:
+    if status.state in transitions.PIPELINE_STATES:
         deps.provisioning.add(key)
     else:
         deps.provisioning.discard(key)
@@ -124,7 +124,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     key = (namespace, name)
     slot_free = key in deps.provisioning or len(deps.provisioning) < deps.settings.provisioning_limit
     annotations = _annotations(obj)
-    ctx = states.Context(
+    ctx = transitions.Context(
         host,
         obs,
         now,
@@ -151,7 +151,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         result.outcome.value,
         events.redact(result.message, [env.ssh_private]),
     )
-    after = states.Context(host, obs, deps.clock(), timing, hostname(host), ctx.wipe_requested, slot_free)
+    after = transitions.Context(host, obs, deps.clock(), timing, hostname(host), ctx.wipe_requested, slot_free)
     final = outcomes.apply_result(after, decision.action, result)
     await _write(deps, obj, host, final, env)
     return final.requeue_after

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import assert_never
 
 from capi_gpu.api.host import HetznerGPUHostStatus, HostState, Step
-from capi_gpu.provisioning import states
+from capi_gpu.provisioning import transitions
 from capi_gpu.provisioning.model import RECORDED, Action, ActionKind, ActionResult, Decision, Note, Outcome
 
 
-def _mark(status: HetznerGPUHostStatus, kind: ActionKind, outcome: str, ctx: states.Context) -> None:
+def _mark(status: HetznerGPUHostStatus, kind: ActionKind, outcome: str, ctx: transitions.Context) -> None:
     for op in reversed(status.operations):
         if op.name == kind.value and op.outcome is None:
             op.outcome = outcome[:200]
@@ -22,13 +22,13 @@ def _mark(status: HetznerGPUHostStatus, kind: ActionKind, outcome: str, ctx: sta
             return
 
 
-def apply_result(ctx: states.Context, action: Action, result: ActionResult) -> Decision:
+def apply_result(ctx: transitions.Context, action: Action, result: ActionResult) -> Decision:
     """``ctx.host.status`` is the status written before the action (with the operation recorded)."""
     status = ctx.status.model_copy(deep=True)
     kind = action.kind
     if result.outcome is Outcome.DEFERRED:
         if kind in RECORDED:
-            _mark(status, kind, states.DEFERRED, ctx)
+            _mark(status, kind, transitions.DEFERRED, ctx)
         wait = result.retry_after if result.retry_after is not None else ctx.timing.poll
         note = Note("Delayed", f"{kind.value} deferred: {result.message}") if result.message else None
         return Decision(status, requeue_after=max(0.2, wait), notes=(note,) if note else ())
@@ -39,7 +39,7 @@ def apply_result(ctx: states.Context, action: Action, result: ActionResult) -> D
             # Best effort: a host we can't reach is reset by its next install anyway.
             return Decision(status, requeue_after=0.2, notes=(Note("KubeadmResetFailed", result.message, True),))
         assert result.error_type is not None, "a failed result names its error type"
-        failed_ctx = states.Context(
+        failed_ctx = transitions.Context(
             ctx.host.model_copy(update={"status": status}),
             ctx.obs,
             ctx.now,
@@ -49,13 +49,13 @@ def apply_result(ctx: states.Context, action: Action, result: ActionResult) -> D
             ctx.slot_free,
             ctx.permanent_cleared,
         )
-        return states._fail(failed_ctx, result.error_type, result.message, result.permanent)
+        return transitions.fail(failed_ctx, result.error_type, result.message, result.permanent)
     if kind in RECORDED:
-        _mark(status, kind, states.SENT, ctx)
+        _mark(status, kind, transitions.SENT, ctx)
     return _advance(ctx, status, action, result)
 
 
-def _advance(ctx: states.Context, status: HetznerGPUHostStatus, action: Action, result: ActionResult) -> Decision:
+def _advance(ctx: transitions.Context, status: HetznerGPUHostStatus, action: Action, result: ActionResult) -> Decision:
     kind = action.kind
 
     def goto(step: Step | None, state: HostState | None = None, note: Note | None = None) -> Decision:

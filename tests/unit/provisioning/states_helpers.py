@@ -15,7 +15,7 @@ from capi_gpu.api.host import (
     RescueHostKey,
     Step,
 )
-from capi_gpu.provisioning import states
+from capi_gpu.provisioning import states, transitions
 from capi_gpu.provisioning.model import Observations, ServerFacts, SSHOutcome, SSHProbe, Timing
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -63,9 +63,9 @@ def ssh(
 
 
 def decide(h: HetznerGPUHost, obs: Observations | None = None, now: datetime = T0, **ctx: Any) -> states.Decision:
-    c = states.Context(host=h, obs=obs or Observations(), now=now, timing=TIMING, hostname="bm-gpu-0", **ctx)
+    c = transitions.Context(host=h, obs=obs or Observations(), now=now, timing=TIMING, hostname="bm-gpu-0", **ctx)
     return states.decide(c)
 
 
-def context(h: HetznerGPUHost, obs: Observations | None = None, now: datetime = T0, **ctx: Any) -> states.Context:
-    return states.Context(host=h, obs=obs or Observations(), now=now, timing=TIMING, hostname="bm-gpu-0", **ctx)
+def context(h: HetznerGPUHost, obs: Observations | None = None, now: datetime = T0, **ctx: Any) -> transitions.Context:
+    return transitions.Context(host=h, obs=obs or Observations(), now=now, timing=TIMING, hostname="bm-gpu-0", **ctx)

@@ -1,0 +1,140 @@
+"""Shared vocabulary of the host state machine's handlers: the decision context and the few ways a
+handler answers (go to a step, wait, act with the operation recorded first, fail typed and backed off).
+
+``states`` (lifecycle states) and ``pipeline`` (provisioning steps) both build their decisions from these,
+so the record-before-send rule and the error policy live in exactly one place. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from capi_gpu.api.host import ErrorType, HetznerGPUHost, HetznerGPUHostStatus, HostState, Operation, Step
+from capi_gpu.provisioning.model import (
+    RECORDED,
+    Action,
+    ActionKind,
+    Decision,
+    Note,
+    Observations,
+    Timing,
+)
+
+SENT = "Sent"
+DEFERRED = "Deferred"
+PIPELINE_STATES = (HostState.INSPECTING, HostState.PROVISIONING, HostState.STANDBY_PREPARING)
+# Errors a retry cannot fix without a human.
+PERMANENT_ERRORS = frozenset(
+    {
+        ErrorType.HOST_KEY_MISMATCH,
+        ErrorType.DISK_CHECK_FAILED,
+        ErrorType.OTHER_LINUX_FOUND,
+        ErrorType.REBOOT_TIMEOUT,
+        ErrorType.REGISTRATION,
+        ErrorType.BOOTSTRAP_FAILED,
+    }
+)
+# Where a retryable failure resumes: installimage can't rerun without a fresh rescue boot (CAPH: "target is busy").
+RESUME_AT = {
+    Step.INSTALL: Step.RESCUE,
+    Step.CHECK_DISKS: Step.RESCUE,
+    Step.WIPE: Step.RESCUE,
+    Step.INSPECT: Step.RESCUE,
+    Step.REBOOT_OS: Step.REBOOT_OS,
+    Step.CONFIGURE: Step.CONFIGURE,
+    Step.MIG_REBOOT: Step.CONFIGURE,
+    Step.RESCUE: Step.RESCUE,
+    Step.BOOTSTRAP: Step.BOOTSTRAP,
+}
+
+
+@dataclass(frozen=True)
+class Context:
+    host: HetznerGPUHost
+    obs: Observations
+    now: datetime
+    timing: Timing
+    hostname: str  # the installed OS's hostname, derived by the controller
+    wipe_requested: bool = False
+    slot_free: bool = True  # the global provisioning limit has room
+    permanent_cleared: bool = False  # the permanent-error annotation was removed by a human
+
+    @property
+    def status(self) -> HetznerGPUHostStatus:
+        return self.host.status
+
+
+Handler = Callable[[Context], Decision]
+
+
+def copy_status(ctx: Context, **changes: Any) -> HetznerGPUHostStatus:
+    return ctx.status.model_copy(update=changes, deep=True)
+
+
+def goto(
+    ctx: Context,
+    state: HostState,
+    step: Step | None = None,
+    *,
+    note: Note | None = None,
+    requeue: float = 0.5,
+    **extra: Any,
+) -> Decision:
+    status = copy_status(ctx, state=state, step=step, step_started_at=ctx.now if step else None, **extra)
+    return Decision(status, requeue_after=requeue, notes=(note,) if note else ())
+
+
+def wait(ctx: Context, seconds: float, note: Note | None = None) -> Decision:
+    return Decision(ctx.status.model_copy(deep=True), requeue_after=max(0.2, seconds), notes=(note,) if note else ())
+
+
+def act(ctx: Context, kind: ActionKind, standby: bool = False, note: Note | None = None, **extra: Any) -> Decision:
+    status = copy_status(ctx, **extra)
+    if kind in RECORDED:
+        attempt = 1 + sum(
+            1
+            for op in status.operations
+            if op.name == kind.value and (status.step_started_at is None or op.requested_at >= status.step_started_at)
+        )
+        ops = [*status.operations, Operation(name=kind.value, attempt=attempt, requested_at=ctx.now)][-32:]
+        status = status.model_copy(update={"operations": ops})
+    return Decision(status, Action(kind, standby=standby), requeue_after=0.2, notes=(note,) if note else ())
+
+
+def fail(ctx: Context, error: ErrorType, message: str, permanent: bool = False) -> Decision:
+    permanent = permanent or error in PERMANENT_ERRORS
+    count = ctx.status.error_count + 1
+    if not permanent and count > ctx.timing.max_retries:
+        permanent, message = True, f"{message} (gave up after {ctx.timing.max_retries} retries)"
+    resume_step = RESUME_AT.get(ctx.status.step) if ctx.status.step else None
+    status = copy_status(
+        ctx,
+        state=HostState.ERROR,
+        error_type=error,
+        error_count=count,
+        error_message=message[:2000],
+        last_error_at=ctx.now,
+        error_permanent=permanent,
+        resume_state=ctx.status.state if ctx.status.state in PIPELINE_STATES else None,
+        resume_step=resume_step,
+    )
+    wait = None if permanent else ctx.timing.backoff(count).total_seconds()
+    return Decision(status, requeue_after=wait, notes=(Note(error.value, message, warning=True),))
+
+
+def op_in_step(ctx: Context, kind: ActionKind) -> Operation | None:
+    since = ctx.status.step_started_at
+    ops = [
+        op
+        for op in ctx.status.operations
+        if op.name == kind.value and op.outcome != DEFERRED and (since is None or op.requested_at >= since)
+    ]
+    return ops[-1] if ops else None
+
+
+def elapsed(ctx: Context) -> float:
+    started = ctx.status.step_started_at or ctx.now
+    return (ctx.now - started).total_seconds()
