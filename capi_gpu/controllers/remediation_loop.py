@@ -10,32 +10,27 @@ A cooldown stops a flapping host from being reset over and over.
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime as dt
 from typing import Any
-
-import yaml
 
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.remediation import HetznerGPURemediation, OnExhaustion, RemediationPhase
-from capi_gpu.controllers import events, loops
+from capi_gpu.controllers import events, loops, workload
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, MACHINES
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.hetzner import models as robot_models
-from capi_gpu.kube import CAPI_MACHINES, NODES, SECRETS, Kube, Obj, ours
+from capi_gpu.kube import CAPI_MACHINES, NODES, Obj, ours
 
 REMEDIATIONS = ours("hetznergpuremediations")
 
 
 async def _node(deps: Deps, namespace: str, cluster: str, node_name: str) -> Obj | None:
-    secret = await deps.kube.get_or_none(SECRETS, f"{cluster}-kubeconfig", namespace)
-    if secret is None:
+    kube = await workload.client(deps, namespace, cluster)
+    if kube is None:
         return None
-    doc = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
-    kube = Kube.from_kubeconfig_dict(doc)
     try:
         return await asyncio.to_thread(kube.get_or_none, NODES, node_name)
     finally:

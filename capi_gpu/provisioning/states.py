@@ -3,14 +3,14 @@
 A state map from state to handler (CAPH's good half) over a closed set of actions and results. The
 controller probes what ``probes_for`` names, calls ``decide``, writes the returned status (destructive
 operations are recorded *before* they are sent), performs the one action, then writes what
-``on_result`` returns. Because status is the only memory, a restarted controller resumes exactly where
+``outcomes.apply_result`` returns. Because status is the only memory, a restarted controller resumes exactly where
 the last write left it, and an operation recorded without an outcome is treated as sent: it is never
 sent twice (the reboot ladder, not a resend, recovers one that never left).
 
 Flow: Registering -> Inspecting[Rescue, Inspect] -> Available -> Provisioning|StandbyPreparing
 [Rescue, CheckDisks, Wipe, Install, RebootOS, Configure, MIGReboot, Bootstrap] -> Provisioned|Standby
--> Deprovisioning -> Available|Standby. Error (typed, counted, backed off) and Maintenance from anywhere. The lifecycle states are here, the
-pipeline's steps in ``pipeline``, the shared decision helpers in ``transitions``.
+-> Deprovisioning -> Available|Standby. Error (typed, counted, backed off) and Maintenance from anywhere.
+The lifecycle states are here, the pipeline's steps in ``pipeline``, the shared helpers in ``transitions``.
 """
 
 from __future__ import annotations

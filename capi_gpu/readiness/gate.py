@@ -79,12 +79,15 @@ class ClusterGate:
                 timeout = max(0.05, wake - time.monotonic())
                 getter = asyncio.ensure_future(queue.get())
                 woken = asyncio.ensure_future(mgmt_wake.wait())
-                done, _ = await asyncio.wait(
-                    {getter, woken}, timeout=min(timeout, RESYNC), return_when=asyncio.FIRST_COMPLETED
-                )
-                for fut in (getter, woken):
-                    if fut not in done:
+                try:
+                    done, _ = await asyncio.wait(
+                        {getter, woken}, timeout=min(timeout, RESYNC), return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    pending = [f for f in (getter, woken) if not f.done()]
+                    for fut in pending:
                         fut.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
                 batch = [getter.result()] if getter in done else []
                 while not queue.empty():
                     batch.append(queue.get_nowait())
