@@ -11,6 +11,7 @@ from capi_gpu.api.host import ErrorType, HostState, Step
 from capi_gpu.provisioning import ladder
 from capi_gpu.provisioning.model import (
     ActionKind,
+    CloudInitState,
     Decision,
     InstallProgress,
     Note,
@@ -18,6 +19,7 @@ from capi_gpu.provisioning.model import (
     SSHOutcome,
 )
 from capi_gpu.provisioning.transitions import (
+    NOT_SENT,
     SENT,
     Context,
     Handler,
@@ -27,6 +29,7 @@ from capi_gpu.provisioning.transitions import (
     fail,
     goto,
     op_in_step,
+    settle,
     wait,
 )
 
@@ -53,13 +56,20 @@ def step_rescue(ctx: Context) -> Decision:
     if activation is None:
         return act(ctx, ActionKind.ACTIVATE_RESCUE)
     if activation.outcome is None and not st.host_keys.rescue:
-        # Crashed between sending and recording: read the activation back instead of re-sending it.
+        # Crashed after recording it, before recording how it went: ask Robot, never re-send blind.
         if obs.rescue_active and obs.rescue_keys:
-            status = copy_status(ctx)
+            status = copy_status(settle(ctx, activation, SENT))
             status.host_keys.rescue = list(obs.rescue_keys)
-            status.operations[-1 - [o.name for o in reversed(status.operations)].index(activation.name)].outcome = SENT
             return Decision(
                 status, requeue_after=0.2, notes=(Note("RescueRecovered", "read rescue keys back from Robot"),)
+            )
+        if obs.rescue_active is False and not resets:
+            # Nothing pending at Robot and no reset sent since (one is only sent after the keys are recorded):
+            # the crash came before the request left, so this activation is the first, not a second.
+            return act(
+                settle(ctx, activation, NOT_SENT),
+                ActionKind.ACTIVATE_RESCUE,
+                note=Note("RescueNotSent", "Robot has no activation pending: the recorded one never left"),
             )
         return wait(ctx, ctx.timing.poll)
     verdict = ladder.climb(ladder.Target.RESCUE, st, obs, ctx.now, ctx.timing, None, os_reachable=_os_reachable(ctx))
@@ -191,7 +201,12 @@ def step_bootstrap(ctx: Context) -> Decision:
         return goto(ctx, HostState.STANDBY, note=Note("StandbyReady", "prepared up to the join"))
     if obs.sentinel:
         return goto(ctx, HostState.PROVISIONED, note=Note("Bootstrapped", "bootstrap sentinel present"), error_count=0)
-    if op_in_step(ctx, ActionKind.BOOTSTRAP) is None:
+    sent = op_in_step(ctx, ActionKind.BOOTSTRAP)
+    if sent is not None and sent.outcome is None and obs.cloud_init is CloudInitState.DISABLED:
+        # Recorded, and cloud-init is still disabled: the start, whose first command removes the marker the
+        # post-install left, never ran (a crash came before it), so starting it now is not a repeat.
+        ctx, sent = settle(ctx, sent, NOT_SENT), None
+    if sent is None:
         if not obs.bootstrap_ready:
             return wait(ctx, ctx.timing.poll, Note("WaitingForBootstrapData", "bootstrap data not ready"))
         return act(ctx, ActionKind.BOOTSTRAP)

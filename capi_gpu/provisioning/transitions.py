@@ -8,7 +8,7 @@ so the record-before-send rule and the error policy live in exactly one place. P
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from capi_gpu.provisioning.model import (
 
 SENT = "Sent"
 DEFERRED = "Deferred"
+NOT_SENT = "NotSent"  # recorded, then proven never to have left: a crash came between the record and the send
 PIPELINE_STATES = (HostState.INSPECTING, HostState.PROVISIONING, HostState.STANDBY_PREPARING)
 # Errors a retry cannot fix without a human.
 PERMANENT_ERRORS = frozenset(
@@ -130,9 +131,21 @@ def op_in_step(ctx: Context, kind: ActionKind) -> Operation | None:
     ops = [
         op
         for op in ctx.status.operations
-        if op.name == kind.value and op.outcome != DEFERRED and (since is None or op.requested_at >= since)
+        if op.name == kind.value
+        and op.outcome not in (DEFERRED, NOT_SENT)
+        and (since is None or op.requested_at >= since)
     ]
     return ops[-1] if ops else None
+
+
+def settle(ctx: Context, op: Operation, outcome: str) -> Context:
+    """``ctx`` with the recorded-but-open ``op`` given ``outcome`` (found by name and request time)."""
+    status = copy_status(ctx)
+    for candidate in reversed(status.operations):
+        if candidate.name == op.name and candidate.requested_at == op.requested_at and candidate.outcome is None:
+            candidate.outcome = outcome
+            break
+    return replace(ctx, host=ctx.host.model_copy(update={"status": status}))
 
 
 def elapsed(ctx: Context) -> float:

@@ -192,6 +192,24 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         None,
     ),
     (
+        "rescue-crash-activation-never-left",
+        host(INS, Step.RESCUE, ops=[("activate-rescue", S, None)]),
+        Observations(rescue_active=False),
+        {},
+        INS,
+        Step.RESCUE,
+        A.ACTIVATE_RESCUE,
+    ),
+    (
+        "rescue-crash-activation-consumed-after-reset-waits",
+        host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * S, None), ("reset-sw", S, None)]),
+        Observations(rescue_active=False),
+        {},
+        INS,
+        Step.RESCUE,
+        None,
+    ),
+    (
         "rescue-crash-keys-read-back",
         host(INS, Step.RESCUE, ops=[("activate-rescue", S, None)]),
         Observations(rescue_active=True, rescue_keys=(RESCUE_KEY,)),
@@ -442,6 +460,24 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         P,
         Step.BOOTSTRAP,
         A.BOOTSTRAP,
+    ),
+    (
+        "bootstrap-crash-before-start-sends-it",
+        host(P, Step.BOOTSTRAP, ops=[("bootstrap", S, None)]),
+        Observations(claimed=True, bootstrap_ready=True, sentinel=False, cloud_init=CloudInitState.DISABLED),
+        {},
+        P,
+        Step.BOOTSTRAP,
+        A.BOOTSTRAP,
+    ),
+    (
+        "bootstrap-crash-after-start-waits",
+        host(P, Step.BOOTSTRAP, ops=[("bootstrap", S, None)]),
+        Observations(claimed=True, bootstrap_ready=True, sentinel=False, cloud_init=CloudInitState.NOT_STARTED),
+        {},
+        P,
+        Step.BOOTSTRAP,
+        None,
     ),
     (
         "bootstrap-sentinel",
@@ -698,8 +734,11 @@ def test_retryable_error_becomes_permanent_after_max_retries() -> None:
     assert d.status.error_permanent and "gave up" in (d.status.error_message or "")
 
 
-# installimage is the one recorded action whose effect the server itself reports: see the test below.
-RESTART_ROWS = [r for r in ROWS if r[6] in RECORDED and r[6] is not A.START_INSTALL]
+# installimage is the one recorded action whose effect the server itself reports: see the test below. The rows
+# whose observations prove a recorded operation never left (Robot has no activation pending, cloud-init still
+# disabled) re-send by design; their own tests check it happens once.
+PROVEN_NOT_SENT = {"rescue-crash-activation-never-left", "bootstrap-crash-before-start-sends-it"}
+RESTART_ROWS = [r for r in ROWS if r[6] in RECORDED and r[6] is not A.START_INSTALL and r[0] not in PROVEN_NOT_SENT]
 
 
 @pytest.mark.parametrize(("h", "obs", "ctx"), [r[1:4] for r in RESTART_ROWS], ids=[r[0] for r in RESTART_ROWS])
@@ -725,6 +764,29 @@ def test_recorded_installimage_is_restarted_only_when_the_server_proves_it_never
         assert again.action is None, progress
     retry = decide(recorded, Observations(claimed=True, ssh=ssh(), install=InstallProgress.NOT_STARTED))
     assert retry.action is not None and retry.status.operations[-1].attempt == 2
+
+
+def test_an_activation_that_never_left_is_marked_not_sent_and_sent_once() -> None:
+    crashed = host(INS, Step.RESCUE, ops=[("activate-rescue", S, None)])
+    d = decide(crashed, Observations(rescue_active=False))
+    assert [(o.name, o.outcome, o.attempt) for o in d.status.operations] == [
+        ("activate-rescue", "NotSent", 1),
+        ("activate-rescue", None, 2),
+    ]
+    assert d.action is not None and d.action.kind is A.ACTIVATE_RESCUE
+    # Once the new one is recorded, Robot saying "not active" again (the reply not read back yet) is no reason
+    # to send a third: only the newest, still open, activation counts, and it is the one just recorded.
+    again = decide(crashed.model_copy(update={"status": d.status}), Observations(rescue_active=True))
+    assert again.action is None
+
+
+def test_a_bootstrap_that_never_started_is_marked_not_sent_and_started_once() -> None:
+    crashed = host(P, Step.BOOTSTRAP, ops=[("bootstrap", S, None)])
+    obs = Observations(claimed=True, bootstrap_ready=True, sentinel=False, cloud_init=CloudInitState.DISABLED)
+    d = decide(crashed, obs)
+    assert [(o.name, o.outcome) for o in d.status.operations] == [("bootstrap", "NotSent"), ("bootstrap", None)]
+    running = Observations(claimed=True, bootstrap_ready=True, sentinel=False, cloud_init=CloudInitState.RUNNING)
+    assert decide(crashed.model_copy(update={"status": d.status}), running).action is None
 
 
 def test_rescue_keys_read_back_after_a_crash_mark_the_activation_sent() -> None:
