@@ -57,6 +57,7 @@ class LogEntry:
     code: str | None  # Robot error code, if any
     ip: str
     user: str | None
+    detail: str | None = None  # the reset type of a ``POST /reset/{n}`` ("sw", "hw"...)
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class RobotSim:
         with self._lock:
             self.faults = SimFaults.model_validate({**self.faults.model_dump(), **changes})
             self.world.never_boot = set(self.faults.never_boot)
+            self.world.impostor_rescue = set(self.faults.impostor_rescue)
             return self.faults
 
     @property
@@ -306,9 +308,12 @@ class RobotSim:
         self, method: str, path: str, query: dict[str, str], authorization: str | None, body: bytes, ip: str
     ) -> tuple[LogEntry, _Answer]:
         now = self.clock.now()
+        detail: str | None = None
+        if method == "POST" and path.startswith("/reset/"):
+            detail = next(iter(parse_qs(body.decode(errors="replace")).get("type", [])), None)
 
         def done(answer: _Answer, endpoint: str | None, code: str | None, user: str | None) -> tuple[LogEntry, _Answer]:
-            return LogEntry(now, method, path, endpoint, answer.status, code, ip, user), answer
+            return LogEntry(now, method, path, endpoint, answer.status, code, ip, user, detail), answer
 
         unauthorized = _Answer(
             401, b"401 Unauthorized", "text/plain", (("WWW-Authenticate", 'Basic realm="Robot Webservice"'),)
@@ -327,6 +332,7 @@ class RobotSim:
             error = ApiError(404, "NOT_FOUND", "not found")
             return done(_json_answer(404, error.body), None, error.code, user)
         endpoint, params = matched
+        endpoint = robot_limits.tightened(endpoint, self.faults.rate_limits)
         if not self._limiter.admit(user, endpoint, now):
             limited = ApiError(
                 403,
@@ -361,7 +367,7 @@ class RobotSim:
             try:
                 return _json_answer(200, self.set_faults(**data).model_dump())
             except pydantic.ValidationError as exc:
-                return _json_answer(400, {"error": exc.errors(include_url=False)})
+                return _json_answer(400, {"error": json.loads(exc.json(include_url=False))})
         if path == "/_sim/clock" and method == "POST":
             self.clock.advance(float(data.get("advance", 0)))
             return _json_answer(200, {"now": self.clock.now()})
@@ -384,13 +390,17 @@ class _Handler(BaseHTTPRequestHandler):
             answer = self.sim.handle(
                 self.command, self.path, self.headers.get("Authorization"), body, self.client_address[0]
             )
-        self.send_response(answer.status)
-        self.send_header("Content-Type", f"{answer.content_type}; charset=utf-8")
-        self.send_header("Content-Length", str(len(answer.body)))
-        for name, value in answer.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(answer.body)
+        try:
+            self.send_response(answer.status)
+            self.send_header("Content-Type", f"{answer.content_type}; charset=utf-8")
+            self.send_header("Content-Length", str(len(answer.body)))
+            for name, value in answer.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(answer.body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away while the answer was on its way (a killed operator): Robot carries on.
+            self.close_connection = True
 
     do_GET = do_POST = do_DELETE = do_PUT = _serve
 

@@ -18,13 +18,14 @@ in sim seconds, so with compression 600 an hour-long window lasts six real secon
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -114,6 +115,14 @@ def match_endpoint(method: str, path: str) -> tuple[Endpoint, dict[str, str]] | 
     return None
 
 
+def tightened(endpoint: Endpoint, limits: dict[str, tuple[int, float]]) -> Endpoint:
+    """``endpoint`` under a test's tighter limit (``SimFaults.rate_limits``), if it names one."""
+    if endpoint.name not in limits:
+        return endpoint
+    max_requests, window_s = limits[endpoint.name]
+    return dataclasses.replace(endpoint, max_requests=max_requests, window_s=window_s)
+
+
 class RateLimiter:
     """Sliding-window counts per (user, endpoint)."""
 
@@ -159,3 +168,18 @@ class SimFaults(BaseModel):
     latency_s: float = Field(0.0, ge=0.0, le=30.0)  # real seconds added to every answer
     maintenance: bool = False  # every Robot request answered 503
     never_boot: list[int] = Field(default_factory=list)  # servers whose resets hang (BootKind.HUNG)
+    # Limits tighter than the documented ones: endpoint name ("POST /reset/{n}") -> (max requests, window in
+    # sim seconds). The 403's ``interval`` is that window, so a short window keeps a client's wait short.
+    rate_limits: dict[str, tuple[int, float]] = Field(default_factory=dict)
+    # Servers whose rescue system presents host keys other than the ones Robot reported (a swapped machine).
+    impostor_rescue: list[int] = Field(default_factory=list)
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _known_endpoints(cls, value: dict[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
+        unknown = set(value) - {e.name for e in ENDPOINTS}
+        if unknown:
+            raise ValueError(f"unknown endpoints {sorted(unknown)}")
+        if any(n < 0 or w <= 0 for n, w in value.values()):
+            raise ValueError("max requests must be >= 0 and windows > 0")
+        return value

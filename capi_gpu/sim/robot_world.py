@@ -149,6 +149,7 @@ class RobotWorld:
         self.servers: dict[int, SimServer] = {}
         self.keys: dict[str, SimKey] = {}
         self.never_boot: set[int] = set()
+        self.impostor_rescue: set[int] = set()  # their rescue boots present keys Robot never reported
         self.report_host_keys = True
         self.manual_reset_delay_s = 1800.0
         self.power_events: list[PowerEvent] = []  # drained by the sim into the hook thread
@@ -266,7 +267,10 @@ class RobotWorld:
         if server.rescue is not None:
             rescue, server.rescue = server.rescue, None  # the activation applies to this boot only
             authorized = tuple(self.keys[fp].data for fp in rescue.authorized if fp in self.keys)
-            return BootTarget(BootKind.RESCUE, rescue.password, authorized, tuple(rescue.host_keys))
+            host_keys = tuple(rescue.host_keys)
+            if server.number in self.impostor_rescue:
+                host_keys = tuple(HostKeyPair.generate() for _ in host_keys)
+            return BootTarget(BootKind.RESCUE, rescue.password, authorized, host_keys)
         return BootTarget(BootKind.INSTALLED)
 
     # --- rescue --------------------------------------------------------------------------------

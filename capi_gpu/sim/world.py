@@ -35,7 +35,7 @@ from capi_gpu.kube import (
 from capi_gpu.sim import aptrepo, binaries, controlplane_object, templates
 from capi_gpu.sim.controlplane import ControlPlane, Options
 from capi_gpu.sim.fleet import Fleet, FleetConfig
-from capi_gpu.sim.hosts import keys
+from capi_gpu.sim.hosts import cgroups, keys
 from capi_gpu.sim.robot import RobotSim
 
 T = TypeVar("T")
@@ -61,6 +61,8 @@ class WorldConfig:
     driver_branch: str = "580"
     binding_timeout: int = 30
     operator_args: list[str] = field(default_factory=list)
+    # Robot faults (``SimFaults`` fields) in force before anything calls Robot: latency, 5xx, tight limits.
+    robot_faults: dict[str, Any] = field(default_factory=dict)
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -100,6 +102,8 @@ class World:
             self.cp.start()
             self.kube = self.cp.kube()
             self.robot = RobotSim(compression=cfg.compression).start()
+            if cfg.robot_faults:
+                self.robot.set_faults(**cfg.robot_faults)
             repo = aptrepo.ensure_repo(cfg.kubernetes_version, cfg.driver_branch)
             self.repo = repo
             self.fleet = Fleet(FleetConfig(hosts=cfg.hosts, apt_repo=repo), robot=self.robot).start()
@@ -195,12 +199,22 @@ class World:
                     doc["metadata"]["namespace"] = self.config.namespace
                     self.k.apply(RESOURCECLAIMTEMPLATES, doc, self.config.namespace)
 
-    def register_hosts(self) -> None:
+    def register_hosts(self, numbers: list[int] | None = None) -> None:
         assert self.fleet is not None
-        for n in sorted(self.fleet.hosts):
+        for n in sorted(self.fleet.hosts) if numbers is None else numbers:
             host = HetznerGPUHost(metadata={"name": f"gex131-{n}"}, spec=HetznerGPUHostSpec(server_number=n)).wire()
             host.pop("status", None)
             self.k.apply(HOSTS, host, self.config.namespace)
+
+    def add_host(self) -> int:
+        """One more GEX131 in the running world (its previous OS up, a kubelet, its HetznerGPUHost); returns
+        its server number. A fresh host is inspected from scratch: rescue activation, reset, inspection."""
+        assert self.fleet is not None
+        number = max(self.fleet.hosts, default=self.fleet.config.first_server_number - 1) + 1
+        self.fleet.add_host(number)
+        self.fleet.attach_workload(self.k)
+        self.register_hosts([number])
+        return number
 
     def template_values(self) -> dict[str, str]:
         cfg, robot = self.config, self.robot
@@ -262,13 +276,30 @@ class World:
             *self.config.operator_args,
             *(extra or []),
         ]
-        self.operator = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
+        # In a cgroup of its own, as in a container: killing it ends everything it started (ansible-playbook,
+        # ssh-agent, ssh control masters), which a kill of the one process would leave running.
+        group = cgroups.ensure(self._operator_cgroup())
+        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
+        self.operator = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
+        log.close()  # the operator has its own copy of the descriptor; ours would leak (ResourceWarning)
         return self.operator
 
+    def _operator_cgroup(self) -> str:
+        slot = self.fleet.slot if self.fleet is not None else 0
+        return f"f{slot}-operator"  # the fleet slot's name: the registry's stale sweep removes it too
+
     def kill_operator(self, signal_: int = 9) -> None:
+        """Stop the operator with ``signal_`` (9: a crash, 15: a graceful stop) and, as a container runtime
+        does when the main process ends, everything else left in its cgroup."""
         if self.operator is not None and self.operator.poll() is None:
             self.operator.send_signal(signal_)
-            self.operator.wait(30)
+            try:
+                self.operator.wait(30)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+                self.operator.wait(10)
+        if self.fleet is not None:
+            cgroups.destroy(self._operator_cgroup())
         self.operator = None
 
     def scale(self, replicas: int, md: str | None = None) -> None:

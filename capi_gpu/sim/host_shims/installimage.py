@@ -8,6 +8,10 @@ on the host's simulated disks, the ``installed`` view's upper dir reset (a fresh
 new host keys written, the post-install script run chrooted into the new system (where the provider
 writes the OS host key and the NoCloud seed), config and debug log copied to ``/installimage.conf`` and
 ``/installimage.debug`` there, and a record left for the simulator so the next boot is the new OS.
+Every run appends its start and its end to ``/run/sim/disk/installimage-runs.jsonl`` (the host's
+``installimage_runs()``), so a test can tell one install from two. Fault knob (hardware.json):
+``installimage_replaces_hostkey`` makes the install generate its own ed25519 host key after the post-install
+script, as an image that ships one would: the installed OS then presents a key nobody pinned.
 
 The installed OS is always the simulator's bookworm tree whatever IMAGE names: the image name is
 validated (suffix, architecture, existence for local paths) but not unpacked.
@@ -332,6 +336,19 @@ def _post_install(script: Path, hdd: Path) -> None:
         raise ConfigError(f"ERROR: post-install script failed (exit {proc.returncode})")
 
 
+def _replace_hostkey(hdd: Path) -> None:
+    key = hdd / "etc" / "ssh" / "ssh_host_ed25519_key"
+    for path in (key, key.with_suffix(".pub")):
+        path.unlink(missing_ok=True)
+    cmd = ["chroot", str(hdd), "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", "/etc/ssh/ssh_host_ed25519_key"]
+    subprocess.run(cmd, check=True, timeout=60, capture_output=True)
+
+
+def _record_run(event: str, **fields: Any) -> None:
+    with (DISK / "installimage-runs.jsonl").open("a") as fh:
+        fh.write(json.dumps({"event": event, "at": time.time(), **fields}) + "\n")
+
+
 def install(cfg: Config, disks: list[str], post: Path | None, keep_hostkeys: bool) -> None:
     delay = float(json.loads(HW_PATH.read_text()).get("installimage_seconds", 1.0))
     _step(1, "Deleting partitions")
@@ -351,6 +368,8 @@ def install(cfg: Config, disks: list[str], post: Path | None, keep_hostkeys: boo
         if post is not None:
             _post_install(post, hdd)
             _step(8, "Executing post-install script")
+        if json.loads(HW_PATH.read_text()).get("installimage_replaces_hostkey"):
+            _replace_hostkey(hdd)
         if Path("/autosetup").exists():
             shutil.copyfile("/autosetup", hdd / "installimage.conf")
         shutil.copyfile(DEBUG, hdd / "installimage.debug")
@@ -375,6 +394,13 @@ def _args(argv: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    _record_run("start", argv=argv)
+    rc = _main(argv)
+    _record_run("end", rc=rc)
+    return rc
+
+
+def _main(argv: list[str]) -> int:
     DEBUG.write_text("")
     try:
         opts = _args(argv)

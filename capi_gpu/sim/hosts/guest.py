@@ -12,6 +12,7 @@ import dataclasses
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from capi_gpu.sim.hosts import cgroups, hardware, names
 from capi_gpu.sim.hosts.targets import Running
@@ -154,6 +155,21 @@ class GuestSide:
             live = self.guest_path("/var/lib/gpu-shim/config.json")
             live.parent.mkdir(parents=True, exist_ok=True)
             live.write_text(json.dumps(hardware.gpu_shim_config(self.hw, self.server_number, lost), indent=1))
+
+    def set_gpu_shim(self, **knobs: Any) -> None:
+        """Set GPU shim knobs (``driver_version="550.163.01"``, ``mig_toggle="reboot"``...) for good: in the
+        firmware layer every OS boot sees and in the running OS. ``None`` removes a knob."""
+        merged = {k: v for k, v in {**self.hw.gpu_shim, **knobs}.items() if v is not None}
+        self.set_hardware(dataclasses.replace(self.hw, gpu_shim=merged))
+        self._set_shim_lost(not self.hw.gpu_on_bus)
+
+    def installimage_runs(self) -> list[dict[str, Any]]:
+        """installimage's runs on this host's disks, as the shim recorded them (``event`` start/end, ``rc``)."""
+        try:
+            text = (self.disk_dir / "installimage-runs.jsonl").read_text()
+        except OSError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def set_smart(self, disk: str, healthy: bool) -> None:
         self.set_hardware(self.hw.with_smart(disk, "PASSED" if healthy else "FAILED"))

@@ -74,6 +74,8 @@ class Hardware:
     memory_bytes: int = MEMORY_256GB  # installed
     mem_total_kib: int = MEM_TOTAL_256GB_KIB  # /proc/meminfo's MemTotal
     extra: dict[str, Any] = field(default_factory=dict)
+    # GPU shim knobs over the identity below (config.json keys: driver_version, mig_toggle...): fault injection.
+    gpu_shim: dict[str, Any] = field(default_factory=dict)
 
     def with_smart(self, disk: str, health: str) -> Hardware:
         return replace(self, disks=tuple(replace(d, smart=health) if d.name == disk else d for d in self.disks))
@@ -160,6 +162,7 @@ def gpu_shim_config(hw: Hardware, server_number: int, lost: bool = False) -> dic
         "bus_id": f"0000{hw.gpu_slot}",  # nvidia-smi's 8-digit domain form: 00000000:01:00.0
         "serial": str(1655025000000 + server_number % 1_000_000),
         "lost": lost,
+        **hw.gpu_shim,
     }
 
 

@@ -1,6 +1,8 @@
 """Robot simulator, faults and fidelity: injected 5xx rate, latency, maintenance 503, a server that
-never boots, all settable over HTTP (POST /_sim/faults) as well as from Python; and the sim's bodies
-have the published samples' shapes (same keys, same wrapping, same error envelope)."""
+never boots, tighter per-endpoint limits (403 with their window as ``interval``), a rescue system that
+presents keys Robot never reported, all settable over HTTP (POST /_sim/faults) as well as from Python; the
+request log names a reset's type; and the sim's bodies have the published samples' shapes (same keys, same
+wrapping, same error envelope)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ def test_maintenance_and_latency(sim: RobotSim, http: httpx.Client) -> None:
         "latency_s": 0.2,
         "maintenance": False,
         "never_boot": [],
+        "rate_limits": {},
+        "impostor_rescue": [],
     }
 
 
@@ -92,6 +96,38 @@ def test_a_server_that_never_boots(sim: RobotSim, http: httpx.Client, fleet: Fle
     http.post("/reset/321", data={"type": "hw"})
     assert sim.wait_idle()
     assert fleet.kinds == [BootKind.HUNG, BootKind.RESCUE]
+
+
+def test_tight_limits_answer_403_with_their_window_and_pass_again_after_it(sim: RobotSim, http: httpx.Client) -> None:
+    answer = httpx.post(f"{sim.url}/_sim/faults", json={"rate_limits": {"POST /reset/{n}": [1, 120]}})
+    assert answer.json()["rate_limits"] == {"POST /reset/{n}": [1, 120.0]}
+    assert http.post("/reset/321", data={"type": "sw"}).status_code == 200
+    limited = http.post("/reset/321", data={"type": "hw"})
+    assert limited.status_code == 403
+    assert limited.json()["error"] | {"message": ""} == {
+        "status": 403,
+        "code": "RATE_LIMIT_EXCEEDED",
+        "message": "",
+        "max_requests": 1,
+        "interval": 120,
+    }
+    assert http.get("/reset/321").status_code == 200  # other endpoints keep Robot's own limits
+    sim.clock.advance(121)
+    assert http.post("/reset/321", data={"type": "hw"}).status_code == 200
+    assert [(e.status, e.detail) for e in sim.log if e.method == "POST"] == [(200, "sw"), (403, "hw"), (200, "hw")]
+    assert httpx.post(f"{sim.url}/_sim/faults", json={"rate_limits": {"GET /nope": [1, 1]}}).status_code == 400
+
+
+def test_an_impostor_rescue_presents_keys_robot_never_reported(sim: RobotSim, http: httpx.Client) -> None:
+    sim.set_faults(impostor_rescue=[321])
+    reported = http.post("/boot/321/rescue", data={"os": "linux"}).json()["rescue"]["host_key"]
+    booted: list[BootTarget] = []
+    sim.power_hook = type("Hook", (), {"on_reset": lambda self, n, kind, boot: booted.append(boot)})()
+    assert http.post("/reset/321", data={"type": "hw"}).status_code == 200
+    assert sim.wait_idle()
+    presented = [k.fingerprint for k in booted[0].host_keys]
+    assert booted[0].kind is BootKind.RESCUE and len(presented) == len(reported) == 1
+    assert presented[0] != reported[0]["key"]["fingerprint"]
 
 
 def test_clock_advance_over_http(sim: RobotSim) -> None:
