@@ -105,7 +105,12 @@ def _deletions(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> No
         if ref.get("apiGroup") == G and ref.get("kind") == "HetznerGPUMachine":
             memo.deps.wakeups.wake("machine", namespace or "", ref["name"])  # e.g. bootstrap data arrived
 
-    _ = (host_delete, machine_delete, capi_machine)
+    @kopf.on.event(G, V, "hetznergpumachines", id="machine-owner", registry=registry, when=when)
+    async def machine_owner(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        if machine_loop.owner_arrived(dict(body)):  # CAPI set ownerReferences: metadata, no spec update
+            memo.deps.wakeups.wake("machine", namespace or "", name)
+
+    _ = (host_delete, machine_delete, capi_machine, machine_owner)
 
 
 def _gate(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:

@@ -59,7 +59,7 @@ def hostname(host: HetznerGPUHost) -> str:
 
 
 async def load_ssh(deps: Deps, namespace: str, secret_name: str) -> tuple[str, str]:
-    secret = await deps.kube.get_or_none(SECRETS, secret_name, namespace)
+    secret = await deps.robots.secrets.get(deps.kube, namespace, secret_name)  # shared by the fleet: cached
     if secret is None:
         raise AccessError("SecretMissing", f"SSH key Secret {namespace}/{secret_name} not found")
     return (

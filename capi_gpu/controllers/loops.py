@@ -1,7 +1,8 @@
 """The shape every per-object daemon shares: reconcile, then sleep until woken or the requeue time.
 
 A reconcile returns the seconds until the next pass (None: the object is gone). API errors back off
-exponentially; a wake-up (another controller changed something this object waits on) cuts the sleep.
+exponentially; a wake-up (another controller changed something this object waits on) cuts the sleep,
+and one that comes during a pass is kept, so a loop that waits on a wake-up can requeue late.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ async def run(kind: str, reconcile: Reconcile, deps: Deps, namespace: str, name:
     failures = 0
     try:
         while not stopped:
+            # Cleared before the pass, not after: a wake-up that arrives while the pass runs (bootstrap
+            # data written just after this pass read the Machine) then starts the next pass at once
+            # instead of being lost until the requeue.
+            wake.clear()
             try:
                 delay = await reconcile(deps, namespace, name)
                 failures = 0
@@ -36,7 +41,6 @@ async def run(kind: str, reconcile: Reconcile, deps: Deps, namespace: str, name:
                 log.warning("%s %s/%s: reconcile failed (%s); retry in %.0fs", kind, namespace, name, exc, delay)
             if delay is None:
                 return
-            wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=max(0.2, delay))
     finally:
