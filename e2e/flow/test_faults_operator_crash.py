@@ -1,0 +1,165 @@
+"""The operator SIGKILLed (with everything it started, as a container dies) at every provisioning step of
+one host, each time in the window where the step's operation is recorded in status but its outcome is not,
+and restarted: inspection's Rescue (activation sent, then reset sent), Inspect, CheckDisks, Install
+(recorded, then installimage running), RebootOS (SSH reboot recorded), Configure (Ansible running) and
+Bootstrap (recorded). Afterwards the host converged (Provisioned, node joined, nodeRef) and the Robot log,
+the host's boots and installimage's own run records show nothing destructive was sent twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fault_kit import (
+    activations,
+    calls,
+    converged,
+    ops,
+    resets,
+    robot_log,
+    status,
+    until,
+)
+
+from capi_gpu.sim.world import World
+
+LATENCY_S = 0.4  # every Robot answer takes this long: the "sent, not yet recorded" window is this wide
+CONFIGURE_KILL_AFTER_S = 4.0  # Ansible is well into site.yml by then (a run takes ~30 s here)
+
+
+@dataclass
+class Look:
+    """One look at the host: its status, the Robot requests about it, its installimage runs."""
+
+    status: dict[str, Any]
+    robot: list[str]  # "POST /boot/{n}/rescue" style, this server only
+    installs: list[dict[str, Any]]
+    now: float
+
+    @property
+    def state_step(self) -> tuple[str | None, str | None]:
+        return self.status.get("state"), self.status.get("step")
+
+    def pending(self, op: str) -> bool:
+        """The step's last ``op`` is recorded and has no outcome yet."""
+        found = [o for o in self.status.get("operations") or [] if o["name"] == op]
+        return bool(found) and found[-1].get("outcome") is None
+
+
+@dataclass
+class Kill:
+    name: str
+    when: Callable[[Look], bool]
+    seen: dict[str, Any] | None = None
+
+
+def _kills(number: int, first_seen: dict[str, float]) -> list[Kill]:
+    def configure_running(look: Look) -> bool:
+        if look.state_step != ("Provisioning", "Configure"):
+            return False
+        first_seen.setdefault("configure", look.now)
+        return look.now - first_seen["configure"] >= CONFIGURE_KILL_AFTER_S
+
+    def installing(look: Look) -> bool:
+        started = sum(1 for r in look.installs if r["event"] == "start")
+        ended = sum(1 for r in look.installs if r["event"] == "end")
+        return look.state_step == ("Provisioning", "Install") and started > ended
+
+    return [
+        Kill(
+            "Rescue: activation sent, outcome not recorded",
+            lambda k: (
+                k.state_step == ("Inspecting", "Rescue")
+                and k.pending("activate-rescue")
+                and f"POST /boot/{number}/rescue" in k.robot
+            ),
+        ),
+        Kill(
+            "Rescue: reset sent, outcome not recorded",
+            lambda k: (
+                k.state_step == ("Inspecting", "Rescue")
+                and k.pending("reset-sw")
+                and f"POST /reset/{number}" in k.robot
+            ),
+        ),
+        Kill("Inspect", lambda k: k.state_step == ("Inspecting", "Inspect")),
+        Kill("CheckDisks", lambda k: k.state_step == ("Provisioning", "CheckDisks")),
+        Kill("Install: recorded, not completed", lambda k: k.state_step[1] == "Install" and k.pending("installimage")),
+        Kill("Install: installimage running", installing),
+        Kill("RebootOS: SSH reboot recorded, not completed", lambda k: k.pending("reset-ssh")),
+        Kill("Configure: Ansible running", configure_running),
+        Kill("Bootstrap: recorded, not completed", lambda k: k.pending("bootstrap")),
+    ]
+
+
+def _look(world: World, number: int) -> Look:
+    entries = [e for e in robot_log(world) if e.path.split("?")[0].rstrip("/").split("/")[2:3] == [str(number)]]
+    robot = [f"{e.method} {e.path.split('?')[0]}" for e in entries]
+    host = world.fleet.host(number) if world.fleet is not None else None
+    return Look(status(world, number), robot, host.installimage_runs() if host else [], time.monotonic())
+
+
+def test_killed_at_every_step_then_restarted_converges_without_repeating_a_destructive_call(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(hosts=1, robot_faults={"latency_s": LATENCY_S})
+    assert world.fleet is not None
+    number = next(iter(world.fleet.hosts))
+    host = world.fleet.host(number)
+    host.set_hardware(dataclasses.replace(host.hw, installimage_seconds=4.0))  # room to kill it mid-run
+    first_seen: dict[str, float] = {}
+    pending = _kills(number, first_seen)
+    done: list[Kill] = []
+    scaled = False
+    deadline = time.monotonic() + 420
+    while pending:
+        look = _look(world, number)
+        if look.state_step == ("Available", None) and not scaled:
+            world.scale(1)
+            scaled = True
+        if pending[0].when(look):
+            kill = pending.pop(0)
+            world.kill_operator(9)
+            kill.seen = look.status
+            done.append(kill)
+            world.start_operator()
+        assert world.operator is not None and world.operator.poll() is None, "the operator exited by itself"
+        assert look.status.get("state") != "Error", f"host failed after kills {[k.name for k in done]}: {look.status}"
+        assert time.monotonic() < deadline, (
+            f"kill point {pending[0].name!r} never came; after {[k.name for k in done]} the host is at "
+            f"{look.state_step}; dump: {world.dump()}"
+        )
+        time.sleep(0.05)
+
+    node = until("the host to converge after the last restart", lambda: converged(world, number), 180, world)
+    assert node["spec"]["providerID"] == f"hrobot://{number}"
+    assert world.operator_starts == 1 + len(done)
+
+    # Robot: one activation, answered once, though the operator died while it was in flight.
+    assert len(activations(world, number)) == 1, calls(world, number, "POST", "/boot")
+    # Resets: inspection's one sw reset (in flight at a kill), and in RebootOS at most the ladder's next rung:
+    # an SSH reboot recorded but cut off by the kill counts as sent and is never re-sent; when the host stays
+    # in rescue the ladder goes on to Robot sw, once. Every reset Robot performed is one the status records.
+    robot_resets = [e.detail for e in resets(world, number)]
+    recorded = [
+        o for o in ops(world, number) if o["name"] in ("reset-sw", "reset-hw") and o.get("outcome") != "Deferred"
+    ]
+    assert len(recorded) == len(robot_resets), (recorded, calls(world, number, "POST", "/reset"))
+    ssh_reboots = ops(world, number, "reset-ssh")
+    assert len(ssh_reboots) == 1, ssh_reboots
+    if ssh_reboots[0].get("outcome") is None:  # cut off before its outcome: the ladder's rung, not a resend
+        assert robot_resets in (["sw"], ["sw", "sw"]), robot_resets
+    else:
+        assert robot_resets == ["sw"], robot_resets
+    # installimage started once and finished once, though the operator died while it ran.
+    runs = host.installimage_runs()
+    assert [r["event"] for r in runs] == ["start", "end"] and runs[-1]["rc"] == 0, runs
+    # Boots: previous OS, rescue (the one reset), installed OS (the one reboot). No MIG reboot with this GPU.
+    assert host.boot_count() == 3, f"{host.boot_count()} boots: {host.boots}"
+    # One bootstrap started (kubeadm refuses a second join, which would have failed cloud-init).
+    started = [o for o in ops(world, number, "bootstrap") if o.get("outcome") != "NotSent"]
+    assert len(started) == 1, ops(world, number, "bootstrap")
+    print(f"\nkills: {[k.name for k in done]}; Robot: {[(e.method, e.path, e.status) for e in robot_log(world)]}")
