@@ -25,7 +25,7 @@ from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, MigLayout
 from capi_gpu.controllers.deps import secret_value
 from capi_gpu.gpu import layout as miglayout
-from capi_gpu.kube import DEVICETAINTRULES, NODES, PODS, RESOURCESLICES, SECRETS, Kube, Res, ours
+from capi_gpu.kube import DEVICETAINTRULES, JSON_PATCH, NODES, PODS, RESOURCESLICES, SECRETS, Kube, Res, ours
 from capi_gpu.provisioning import ansible, gpuplan, playbook_vars
 from capi_gpu.readiness import decisions, targets
 
@@ -160,7 +160,15 @@ class Relayout:
         if not result.ok:
             where = result.failed.label if result.failed else result.status.value
             raise RelayoutError("apply", f"playbook {result.status.value} at {where}")
-        self.mgmt.patch(MACHINES, str(machine.metadata["name"]), {"spec": {"gpu": gpu.wire()}}, self.namespace)
+        # Replaced whole (JSON patch): a merge patch would keep the old layout's preset beside new profiles, or
+        # merge two profile maps, and the controller refuses a layout with both (ImpossibleLayout).
+        self.mgmt.patch(
+            MACHINES,
+            str(machine.metadata["name"]),
+            [{"op": "add", "path": "/spec/gpu", "value": gpu.wire()}],
+            self.namespace,
+            content_type=JSON_PATCH,
+        )
         profiles = sorted(collections.Counter(plan.expected_profiles).elements())
         self.mgmt.patch(
             HOSTS,
