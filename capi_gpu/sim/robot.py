@@ -22,6 +22,7 @@ import base64
 import binascii
 import functools
 import json
+import math
 import queue
 import random
 import secrets
@@ -339,7 +340,9 @@ class RobotSim:
                 "RATE_LIMIT_EXCEEDED",
                 "rate limit exceeded",
                 max_requests=endpoint.max_requests,
-                interval=int(endpoint.window_s),
+                # In the client's seconds: under compression a window lasts window/compression real seconds,
+                # and that is how long a client that waits the interval out must wait.
+                interval=max(1, math.ceil(self.clock.real_seconds(endpoint.window_s))),
             )
             return done(_json_answer(403, limited.body), endpoint.name, limited.code, user)
         if self.faults.error_rate and self._random.random() < self.faults.error_rate:

@@ -13,7 +13,9 @@ allow:
 - The sim counts per username (the doc does not say whether Robot counts per user or per IP).
 
 Time is *sim time*: real seconds times ``compression``. Windows, the login block and every delay are
-in sim seconds, so with compression 600 an hour-long window lasts six real seconds.
+in sim seconds, so with compression 600 an hour-long window lasts six real seconds. The one number a
+client acts on, a 403's ``interval``, is said in its own (real) seconds: the window's real length, so a
+client that waits it out waits as long as the window lasts (3600 at compression 1, 6 at 600).
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ class SimFaults(BaseModel):
     maintenance: bool = False  # every Robot request answered 503
     never_boot: list[int] = Field(default_factory=list)  # servers whose resets hang (BootKind.HUNG)
     # Limits tighter than the documented ones: endpoint name ("POST /reset/{n}") -> (max requests, window in
-    # sim seconds). The 403's ``interval`` is that window, so a short window keeps a client's wait short.
+    # sim seconds); the 403's ``interval`` is that window in real seconds.
     rate_limits: dict[str, tuple[int, float]] = Field(default_factory=dict)
     # Servers whose rescue system presents host keys other than the ones Robot reported (a swapped machine).
     impostor_rescue: list[int] = Field(default_factory=list)
