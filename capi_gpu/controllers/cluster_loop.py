@@ -141,6 +141,10 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         before = c.get(hgc.status.conditions, c.Type.ROBOT_CREDENTIALS_VALID)
         if not ok and (before is None or before.reason != str(reason)):
             events.emit(obj, str(reason), msg, warning=True)
+        if ok and before is not None and before.reason == c.Reason.CREDENTIALS_REJECTED:
+            # The Secret was fixed: the hosts that deferred on the open circuit go on now, not at their next poll.
+            events.emit(obj, "CredentialsAccepted", "Robot accepted the credentials again; Robot calls resume")
+            deps.wakeups.wake_all("host", namespace)
     return 300.0 if ready else 30.0
 
 

@@ -120,6 +120,12 @@ class Wakeups:
     def wake(self, kind: str, namespace: str, name: str) -> None:
         self.event(kind, namespace, name).set()
 
+    def wake_all(self, kind: str, namespace: str) -> None:
+        """Every running loop of ``kind`` in ``namespace`` (e.g. all hosts once Robot credentials work again)."""
+        for (k, ns, _), event in list(self._events.items()):
+            if k == kind and ns == namespace:
+                event.set()
+
     def forget(self, kind: str, namespace: str, name: str) -> None:
         self._events.pop((kind, namespace, name), None)
 

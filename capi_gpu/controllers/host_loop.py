@@ -44,6 +44,10 @@ async def _write(
     now = deps.clock()
     circuit = env.robot.account.circuit_reason if env is not None and env.robot.account.circuit_open else None
     status = host_conditions.derive(host, d.status, now, access_error, circuit)
+    if circuit is not None and host_conditions.robot_reachable(host.status):
+        # This host's call tripped the 401 circuit (or is the first to see it): the HetznerGPUCluster's
+        # RobotCredentialsValid must say so now, not at its next poll minutes later.
+        deps.wakeups.wake_all("cluster", ns)
     if status.error_permanent and not host.status.error_permanent:
         # Before the status write: the annotation is what a human removes to release the host.
         await deps.kube.patch(

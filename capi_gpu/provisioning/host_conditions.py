@@ -72,6 +72,13 @@ def derive(
     return out
 
 
+def robot_reachable(status: HetznerGPUHostStatus) -> bool:
+    """What the host last said about Robot (True until it said otherwise)."""
+    return c.get(status.conditions, c.Type.ROBOT_REACHABLE) is None or c.is_true(
+        status.conditions, c.Type.ROBOT_REACHABLE
+    )
+
+
 def _label_value(text: str) -> str:
     value = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63].strip("-._")
     return value
