@@ -20,7 +20,9 @@ slices stale until ``restart()``, as with the real plugin.
 
 Fault knobs: ``stop()`` (delete the slices), ``publish_stale()`` (an old-generation slice beside the
 new one), ``publish_incomplete()`` (generation bumped, ``resourceSliceCount`` 2, one slice),
-``add_xid_taint()`` (``gpu.nvidia.com/xid=<code>`` on a device), ``clear_faults()``.
+``add_xid_taint()`` (``gpu.nvidia.com/xid=<code>`` on a device), ``clear_faults()``. ``mark_gpu_lost()`` is
+what the driver's health check (``NVMLDeviceHealthCheck``) does when NVML reports the GPU lost: every
+device republished with ``gpu.nvidia.com/gpu-lost:NoSchedule``; only a restart (the next boot) clears it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +42,7 @@ from capi_gpu.kube import RESOURCESLICES, Kube, Obj
 log = logging.getLogger(__name__)
 
 DRIVER = domain.NVIDIA_DRIVER
+GPU_LOST_TAINT = f"{domain.NVIDIA_XID_TAINT_PREFIX}gpu-lost"
 
 
 class GpuUnavailable(RuntimeError):
@@ -213,10 +217,14 @@ class DraPublisher:
     devices: list[Obj] = field(default_factory=list)
     generation: int = 0
     published: bool = False
+    gpu_lost: bool = False
+    enumerated_at: float | None = None  # time.monotonic() of the last enumeration (the guest's clock too)
 
     def start(self) -> None:
         """Enumerate once (raises ``GpuUnavailable`` if the GPU can't be read) and publish."""
+        enumerated_at = time.monotonic()
         gpu, migs = self.reader()
+        self.enumerated_at = enumerated_at
         if gpu.mig_enabled and not migs:
             log.warning("%s: MIG mode enabled but no configured MIG devices", self.node_name)
         self.devices = build_devices(gpu, migs)
@@ -301,6 +309,14 @@ class DraPublisher:
                 d["taints"] = [{"key": f"{domain.NVIDIA_XID_TAINT_PREFIX}xid", "value": str(code), "effect": effect}]
         self._sync(self.devices, count=1, bump=True)
         return target
+
+    def mark_gpu_lost(self) -> None:
+        """Taint every device ``gpu-lost`` (NoSchedule, as the driver's health check does) and republish."""
+        taint = {"key": GPU_LOST_TAINT, "effect": "NoSchedule"}
+        for d in self.devices:
+            d["taints"] = [*[t for t in d.get("taints", []) if t["key"] != GPU_LOST_TAINT], taint]
+        self._sync(self.devices, count=1, bump=True)
+        self.gpu_lost = True
 
     def clear_faults(self) -> None:
         for d in self.devices:

@@ -13,6 +13,12 @@ the host's filesystem (polling, bounded) and does what kubelet registration does
   would show); after every boot of the installed OS it is Ready again and the DRA publisher restarts
   (static MIG: it re-reads the GPU once per start);
 - after ``kubeadm reset`` (a reset record newer than the join) the Node and its slices are deleted.
+
+The NVIDIA DRA plugin is a pod the kubelet runs, so the publisher starts only once the guest's
+``kubelet.service`` is active (the MIG boot unit is ordered before it: at every boot the plugin finds the
+layout already there); a hand-built guest without a kubelet unit publishes as soon as it joined. While it
+runs, the publisher is health-checked as the driver's ``NVMLDeviceHealthCheck`` does: a GPU that fell off
+the bus (the GPU shim's lost markers) gets its devices tainted ``gpu.nvidia.com/gpu-lost``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ log = logging.getLogger(__name__)
 LEASES = Res("coordination.k8s.io", "v1", "leases")
 JOIN_RECORD = "/var/lib/kubelet/sim-join.json"
 RESET_RECORD = "/var/lib/kubelet/sim-reset.json"
+GPU_LOST_MARKER = "/run/gpu-shim/lost"  # the GPU shim's "lost until reboot"
+GPU_SHIM_CONFIG = "/var/lib/gpu-shim/config.json"  # its "lost" knob: lost for good
+HEALTH_CHECK_S = 1.0
 CAPACITY = {
     "cpu": "48",
     "memory": "263856952Ki",
@@ -85,6 +94,7 @@ class SimKubelet:
         self._ready: str | None = None
         self._last_beat = 0.0
         self._next_publish_try = 0.0
+        self._next_health_check = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kubelet-{host.name}", daemon=True)
         self.errors: list[str] = []
@@ -157,11 +167,23 @@ class SimKubelet:
             self._set_ready("True", "KubeletReady", "kubelet is posting ready status")
             self._served_boot = boot
             self.publisher = None
-        if self.publish_dra and self.publisher is None and self.node_name and time.monotonic() > self._next_publish_try:
-            self._next_publish_try = time.monotonic() + 2.0
-            self._start_publisher()
+        if self.publish_dra and self.node_name:
+            self._dra_tick()
         if time.monotonic() - self._last_beat > self.heartbeat_s:
             self._heartbeat()
+
+    def _dra_tick(self) -> None:
+        now = time.monotonic()
+        if self.publisher is None:
+            if now > self._next_publish_try:
+                self._next_publish_try = now + 2.0
+                if self._kubelet_unit_running():
+                    self._start_publisher()
+        elif not self.publisher.gpu_lost and self.publisher.published and now > self._next_health_check:
+            self._next_health_check = now + HEALTH_CHECK_S
+            if self._gpu_lost():
+                log.info("kubelet %s: GPU lost; the DRA plugin taints its devices", self.host.name)
+                self.publisher.mark_gpu_lost()
 
     # -- node -----------------------------------------------------------------------------------
     def _node_body(self, join: dict[str, Any]) -> Obj:
@@ -301,6 +323,19 @@ class SimKubelet:
                 raise dra_publisher.GpuUnavailable(f"nvidia-smi {' '.join(args)}: exit {res.returncode}")
             outs.append(res.stdout.decode(errors="replace"))
         return dra_publisher.parse_gpu(outs[0], outs[1], outs[2], outs[3], self.brand)
+
+    def _kubelet_unit_running(self) -> bool:
+        """The plugin pod can only run once kubelet does; a guest without a kubelet unit has nothing to wait for."""
+        res = self.host.exec(["systemctl", "show", "-p", "LoadState,ActiveState", "kubelet.service"], timeout=30)
+        props = dict(line.split("=", 1) for line in res.stdout.decode(errors="replace").splitlines() if "=" in line)
+        return props.get("LoadState") == "not-found" or props.get("ActiveState") == "active"
+
+    def _gpu_lost(self) -> bool:
+        """NVML's view, from the GPU shim's own state: lost until the next boot, or for good."""
+        if self.host.read_file(GPU_LOST_MARKER) is not None:
+            return True
+        config = self._read_json(GPU_SHIM_CONFIG)
+        return bool(config and config.get("lost"))
 
     def _start_publisher(self) -> None:
         assert self.node_name is not None

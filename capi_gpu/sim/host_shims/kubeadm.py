@@ -15,6 +15,10 @@ It also writes the CAPI sentinel ``/run/cluster-api/bootstrap-success.complete``
 simulation brief asks for it; CABPK's runcmd writes it too). The real kubeadm does not: set
 ``"kubeadm_writes_sentinel": false`` in the host's hardware description to check that bootstrap data
 writes it itself.
+
+Like kubeadm's ``kubelet-start`` phase, a join (re)starts ``kubelet.service`` when systemd runs the guest,
+and a reset stops it: the simulated kubelet starts the NVIDIA DRA publisher only while that unit is active,
+as the real plugin is a pod the kubelet runs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -145,6 +150,14 @@ def _boot_id() -> str:
         return ""
 
 
+def _kubelet(action: str) -> None:
+    """``systemctl <action> kubelet`` as kubeadm's init-system helper does; only inside a simulated host
+    (its hardware description is there) run by systemd, never on the machine running a unit test."""
+    if not (HW_PATH.exists() and Path("/run/systemd/system").is_dir()):
+        return
+    subprocess.run(["systemctl", action, "--no-block", "kubelet.service"], check=False, capture_output=True, timeout=60)
+
+
 def join(positional: list[str], flags: dict[str, str]) -> int:
     if "config" in flags:
         mixed = sorted(set(flags) - MIXABLE)
@@ -185,6 +198,7 @@ def join(positional: list[str], flags: dict[str, str]) -> int:
     tmp = JOIN_RECORD.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
     tmp.replace(JOIN_RECORD)
+    _kubelet("restart")
     if _writes_sentinel():
         SENTINEL.parent.mkdir(parents=True, exist_ok=True)
         SENTINEL.write_text("success\n")
@@ -208,6 +222,7 @@ def reset(flags: dict[str, str]) -> int:
         answer = sys.stdin.readline().strip().lower()
         if answer not in ("y", "yes"):
             raise KubeadmError("won't proceed; the user didn't answer (Y|n) in order to continue")
+    _kubelet("stop")
     previous = json.loads(JOIN_RECORD.read_text()) if JOIN_RECORD.exists() else None
     for path in (JOIN_RECORD, KUBELET_CONF, FLAGS_ENV, SENTINEL):
         path.unlink(missing_ok=True)
