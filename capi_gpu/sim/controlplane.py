@@ -157,6 +157,13 @@ class ControlPlane:
                     f"--runtime-config={RUNTIME_CONFIG}",
                     "--enable-priority-and-fairness=false",
                     "--profiling=false",
+                    # No compaction: kine's memory driver drops PrevKV from the watch event of an update
+                    # whose previous revision is at or below the compacted one (etcd keeps it), and the
+                    # apiserver's watch cache answers that with "etcd event received with PrevKv=nil",
+                    # delivers nothing for that resource for ~30 s, then re-lists and ends every watcher.
+                    # From the first compaction (5 min in) each scale-down stalled that way. The
+                    # history a test world builds in memory is small.
+                    "--etcd-compaction-interval=0",
                 ],
             )
             self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=90)
