@@ -248,9 +248,17 @@ class Kube:
         result: Obj = self._call("PATCH", path, body=body, content_type=APPLY_PATCH)
         return result
 
-    def delete(self, res: Res, name: str, namespace: str | None = None, missing_ok: bool = True) -> None:
+    def delete(
+        self,
+        res: Res,
+        name: str,
+        namespace: str | None = None,
+        missing_ok: bool = True,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """``grace_period_seconds=0`` deletes a pod at once, without waiting for its kubelet to confirm."""
         try:
-            self._call("DELETE", res.path(namespace, name))
+            self._call("DELETE", res.path(namespace, name), query={"gracePeriodSeconds": grace_period_seconds})
         except NotFound:
             if not missing_ok:
                 raise
