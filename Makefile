@@ -71,6 +71,22 @@ lint: $(PY) ## ruff, ruff format, mypy --strict, import-linter, ansible-lint
 test: $(PY) system-deps upstream ## every test tier (unit, integration, e2e)
 	$(PYTEST) tests e2e
 
+# The five benchmarks, in under 10 minutes on the 2-core dev machine; each prints one JSON line and a
+# table (the README's performance section quotes them). scaleup and gate_latency need root (the fleet)
+# and the pinned binaries. BENCH_ARGS_<name> adds flags: make bench BENCH_ARGS_scaleup='--hosts 1,20,100'.
+define run-bench
+	@echo "== bench/$(1).py $(BENCH_ARGS_$(1))"; start=$$(date +%s); $(PY) bench/$(1).py $(BENCH_ARGS_$(1)); \
+	  echo "== bench/$(1).py: $$(( $$(date +%s) - start )) s"
+endef
+
+.PHONY: bench
+bench: $(PY) system-deps upstream ## run the five benchmarks (bench/*.py), under 10 minutes
+	$(call run-bench,packing)
+	$(call run-bench,robot_budget)
+	$(call run-bench,gate_latency)
+	$(call run-bench,scale)
+	$(call run-bench,scaleup)
+
 .PHONY: crds
 crds: $(PY) ## regenerate crds/ from the pydantic models
 	$(VENV)/bin/capi-gpu crds

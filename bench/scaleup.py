@@ -1,0 +1,582 @@
+"""Scale-up on the whole simulated world: controller overhead, Robot calls per node, 403s, cold vs standby.
+
+Why: a GPU node is worth its price only once it takes pods, so what the controller adds to the
+hardware's own waits is the figure to keep small (goal <= 2 %), with at most 6 Robot calls per node
+and no 403 (Robot's rate limit). Everything real runs (``capi_gpu.sim.world``): control plane, CAPI,
+the operator as a subprocess, the Robot simulator, systemd hosts in namespaces, installimage,
+Ansible, cloud-init, the readiness gate and kube-scheduler.
+
+Each size gets fresh hosts, inspected before the clock starts (as a pool is), then the GPU
+MachineDeployment is raised by that many replicas. The standby phase inspects more fresh hosts,
+sets the template's ``spec.standby.size``, waits for them to be prepared, then raises the replicas.
+A claim pod per new node (pinned to it) measures time-to-claim-bound. Ready = host Provisioned and
+its Node's startup taint lifted by the gate (it takes GPU pods).
+
+Hardware waits on each host's critical path, from the simulator's own records (intervals, merged):
+
+* a Robot reset: from the request (Robot's request log) to sshd answering in the next boot (the
+  fleet's boot records; dark for ``reset_seconds / compression``, then the boot);
+* a reboot over SSH (into the installed OS, for MIG): from the controller's action returning (its
+  log line) to sshd answering in the next boot;
+* installimage: its run on the host (the shim's start/end records);
+* Ansible: first to last event of the run (ansible-runner's job events), i.e. the host installing
+  the driver, toolkit, kubelet; shown both as hardware and as controller work (``ansible_as``);
+* bootstrap: from the controller starting cloud-init to the Node registering, then to the host's DRA
+  driver publishing its slices.
+
+Controller overhead = time-to-ready - hardware on [scale, ready]: the CAPI objects and the claim,
+probes and polls, SSH sessions, API writes, the gate. The hardware waits are time-compressed (Robot,
+resets and boots by ``--compression``, the operator's timeouts by ``--timing-scale``), Ansible and
+installimage's work are not: the percentages are those of this machine, not of a real GEX131.
+
+Sizes that would not finish within ``--budget`` (estimated from the size already run: its Ansible
+time per host over this machine's CPUs) or that need more memory than is free are reported as not
+run, with the reason; nothing is extrapolated into a figure.
+
+Run as root: ``.venv/bin/python bench/scaleup.py [--hosts 1,2] [--standby 1] [--budget 330]``.
+Prints one JSON line and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import re
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from urllib3.exceptions import ProtocolError
+
+from capi_gpu import domain
+from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, NODES, PODS, RESOURCESLICES, KubeError, Res, ours
+from capi_gpu.sim import devflow
+from capi_gpu.sim.world import World, WorldConfig
+
+HOSTS = ours("hetznergpuhosts")
+MACHINES = ours("hetznergpumachines")
+TEMPLATES = ours("hetznergpumachinetemplates")
+HOST_MB = 80  # a systemd host idles at ~47 MB; Ansible and the kubelet thread add to it
+ACTION = re.compile(r"^(\S+ \S+) INFO capi_gpu\.controllers\.host_loop: host (\S+?)/(\S+?): (\S+) -> ok\b")
+GOAL_OVERHEAD_PCT, GOAL_ROBOT_CALLS = 2.0, 6
+Interval = tuple[float, float, str]
+
+
+@dataclass
+class Trace:
+    """One host as the bench saw it (monotonic seconds), polled from the API."""
+
+    name: str
+    number: int
+    steps: list[tuple[float, str]] = field(default_factory=list)
+    node: float | None = None
+    slices: float | None = None
+    provisioned: float | None = None
+    machine: str | None = None
+    claimed: float | None = None  # consumerRef seen
+    owned: float | None = None  # its HetznerGPUMachine got its owning Machine (CAPI done)
+    untainted: float | None = None
+    ready: float | None = None
+    bound: float | None = None
+    pod: str | None = None
+
+
+class Clocks:
+    """Every record onto this process's monotonic clock."""
+
+    def __init__(self, world: World) -> None:
+        assert world.robot is not None
+        self.wall = time.time() - time.monotonic()
+        clock = world.robot.clock
+        self.compression = clock.compression
+        self.robot = time.monotonic() - clock.now() / clock.compression
+
+    def from_wall(self, t: float) -> float:
+        return t - self.wall
+
+    def from_robot(self, t: float) -> float:
+        return self.robot + t / self.compression
+
+
+def actions(world: World, clocks: Clocks) -> list[tuple[float, str, str]]:
+    """(time, host, action) of every action the operator logged as done."""
+    out = []
+    for line in world.operator_logs().splitlines():
+        if m := ACTION.match(line):
+            at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time, as logging
+            out.append((clocks.from_wall(at), m.group(3), m.group(4)))
+    return out
+
+
+def ansible_runs(world: World, host: str, clocks: Clocks) -> list[tuple[float, float]]:
+    runs = []
+    for events in (world.config.state_dir / "artifacts" / host).glob("*/artifacts/*/job_events"):
+        stamps = sorted(json.loads(p.read_text())["created"] for p in events.glob("*.json"))
+        if stamps:
+            first, last = (datetime.fromisoformat(s).timestamp() for s in (stamps[0], stamps[-1]))
+            runs.append((clocks.from_wall(first), clocks.from_wall(last)))
+    return runs
+
+
+def hardware(
+    world: World, trace: Trace, clocks: Clocks, t0: float, done: list[tuple[float, str, str]]
+) -> list[Interval]:
+    assert world.fleet is not None and world.robot is not None
+    host = world.fleet.hosts[trace.number]
+    ups = sorted((b.started, b.started + b.up_after_s) for b in host.boots if b.up_after_s is not None)
+
+    def up_after(t: float) -> float | None:
+        return next((up for started, up in ups if started >= t), None)
+
+    out: list[Interval] = []
+    for e in world.robot.log:
+        if e.method == "POST" and e.path == f"/reset/{trace.number}" and clocks.from_robot(e.t) >= t0:
+            start = clocks.from_robot(e.t)
+            if (up := up_after(start)) is not None:
+                out.append((start, up, "reset+boot"))
+    for at, name, action in done:
+        if name != trace.name or at < t0:
+            continue
+        if action in ("reset-ssh", "mig-reboot") and (up := up_after(at)) is not None:
+            out.append((at, up, "reboot"))
+        if action == "bootstrap" and trace.node is not None:
+            out.append((at, trace.node, "bootstrap"))
+    runs = host.installimage_runs()
+    starts = [clocks.from_wall(r["at"]) for r in runs if r["event"] == "start"]
+    ends = [clocks.from_wall(r["at"]) for r in runs if r["event"] == "end"]
+    out += [(s, e, "installimage") for s, e in zip(starts, ends, strict=False) if s >= t0]
+    out += [(s, e, "ansible") for s, e in ansible_runs(world, trace.name, clocks) if s >= t0]
+    if trace.node is not None and trace.slices is not None:
+        out.append((trace.node, trace.slices, "dra-publish"))
+    return out
+
+
+def covered(intervals: list[Interval], lo: float, hi: float) -> float:
+    """Length of the union of ``intervals`` within [lo, hi]."""
+    total, reach = 0.0, lo
+    for begin, finish, _ in sorted(intervals):
+        start, end = max(begin, reach), min(finish, hi)
+        if end > start:
+            total += end - start
+            reach = end
+    return total
+
+
+class Observer:
+    """Watches (not polls) hosts, nodes, NVIDIA slices and pods: each event with the time it arrived, so
+    a transition is timed to the millisecond and the bench adds no list traffic while it measures."""
+
+    WATCHED = (
+        ("host", HOSTS, True),
+        ("machine", MACHINES, True),
+        ("node", NODES, False),
+        ("slice", RESOURCESLICES, False),
+        ("pod", PODS, True),
+    )
+
+    def __init__(self, world: World) -> None:
+        self.world, self.stop = world, threading.Event()
+        self.events: queue.Queue[tuple[float, str, str, dict[str, Any]]] = queue.Queue()
+        self.threads = [
+            threading.Thread(target=self._watch, args=(kind, res, namespaced), daemon=True)
+            for kind, res, namespaced in self.WATCHED
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _watch(self, kind: str, res: Res, namespaced: bool) -> None:
+        kube, rv = self.world.cp.kube(), None  # a client each: a watch holds its connection
+        ns = self.world.config.namespace if namespaced else None
+        try:
+            while not self.stop.is_set():
+                try:
+                    for typ, obj in kube.watch(res, ns, resource_version=rv, timeout_seconds=5, stop=self.stop):
+                        if typ == "ERROR":
+                            rv = None  # expired: start again from the current state (ADDED events)
+                            break
+                        rv = obj["metadata"].get("resourceVersion") or rv
+                        if typ != "BOOKMARK":
+                            self.events.put((time.monotonic(), kind, typ, obj))
+                except (KubeError, OSError, ProtocolError):
+                    rv = None
+                    self.stop.wait(0.2)
+        finally:
+            kube.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=10)
+
+
+def on_host(world: World, t: Trace, obj: dict[str, Any], at: float, pin_pods: bool) -> None:
+    st = obj.get("status") or {}
+    label = f"{st.get('state')}/{st.get('step') or '-'}"
+    if not t.steps or t.steps[-1][1] != label:
+        t.steps.append((at, label))
+    if st.get("state") == "Provisioned" and t.provisioned is None:
+        t.provisioned = at
+    if (ref := obj["spec"].get("consumerRef")) and t.claimed is None:
+        t.claimed, t.machine = at, ref["name"]
+        if pin_pods and t.pod is None:
+            t.pod = pin(world, t.name)
+
+
+def apply_event(
+    world: World, traces: dict[str, Trace], owned: dict[str, float], pin_pods: bool, event: tuple[float, str, str, Any]
+) -> None:
+    at, kind, typ, obj = event
+    if typ == "DELETED":
+        return
+    name = obj["metadata"]["name"]
+    if kind == "machine" and any(o.get("kind") == "Machine" for o in obj["metadata"].get("ownerReferences") or []):
+        owned.setdefault(name, at)  # CAPI's part is done: the HetznerGPUMachine exists and has its owner
+    elif kind == "host" and (t := traces.get(name)) is not None:
+        on_host(world, t, obj, at, pin_pods)
+    elif kind == "node" and (t := traces.get(name)) is not None:
+        t.node = t.node or at
+        if domain.NODE_STARTUP_TAINT not in {x["key"] for x in obj["spec"].get("taints") or []}:
+            t.untainted = t.untainted or at
+    elif kind == "slice" and obj["spec"].get("driver") == domain.NVIDIA_DRIVER:
+        if (t := traces.get(obj["spec"].get("nodeName") or "")) is not None and t.slices is None:
+            t.slices = at
+    elif kind == "pod":
+        t = next((x for x in traces.values() if x.pod == name), None)
+        if t is not None and t.bound is None and obj["spec"].get("nodeName"):
+            t.bound = at
+
+
+def pin(world: World, host: str) -> str:
+    pod = devflow.claim_pod(f"claim-{host}")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": host}
+    world.k.create(PODS, pod, world.config.namespace)
+    return str(pod["metadata"]["name"])
+
+
+def add_hosts(world: World, n: int, timeout: float) -> tuple[list[Trace], float, int]:
+    """n fresh hosts, registered and inspected; returns their traces, seconds and Robot calls."""
+    assert world.fleet is not None and world.robot is not None
+    calls, started = len(world.robot.log), time.monotonic()
+    first = max(world.fleet.hosts, default=world.fleet.config.first_server_number - 1) + 1
+    for number in range(first, first + n):
+        world.fleet.add_host(number)
+    world.fleet.attach_workload(world.k)
+    world.register_hosts()
+    names = {f"gex131-{number}": number for number in range(first, first + n)}
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {h["metadata"]["name"]: (h.get("status") or {}).get("state") for h in world.hosts()}
+        if all(states.get(name) == "Available" for name in names):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"hosts not inspected after {timeout:.0f}s: {states}; see {world.config.state_dir}")
+        time.sleep(0.5)
+    return (
+        [Trace(name, number) for name, number in names.items()],
+        time.monotonic() - started,
+        len(world.robot.log) - calls,
+    )
+
+
+def wait(world: World, observer: Observer, traces: dict[str, Trace], pin_pods: bool, deadline: float) -> bool:
+    owned: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            apply_event(world, traces, owned, pin_pods, observer.events.get(timeout=0.5))
+        for t in traces.values():
+            if t.ready is None and t.provisioned and t.untainted:  # either may come first
+                t.ready = max(t.provisioned, t.untainted)
+            if t.machine is not None:
+                t.owned = owned.get(t.machine)
+        if all(t.ready and t.bound for t in traces.values()):
+            return True
+        if world.operator is not None and world.operator.poll() is not None:
+            raise SystemExit(f"the operator exited; see {world.config.state_dir}")
+    return False
+
+
+def steps(t: Trace, t0: float, hw: list[Interval]) -> dict[str, list[float]]:
+    """Wall, hardware and hardware-without-Ansible seconds per step the bench saw the host in."""
+    assert t.ready is not None
+    marks = [(t0, "CAPI: Machine, HetznerGPUMachine")]
+    marks += [
+        (at, label) for at, label in ((t.owned, "claim (machine loop)"), (t.claimed, "claim seen (host loop)")) if at
+    ]
+    marks += [(at, label) for at, label in t.steps if at >= t0 and not label.startswith(("Available", "Standby/"))]
+    marks.append((t.provisioned or t.ready, "gate (node -> taint lifted)"))
+    marks.sort()
+    out: dict[str, list[float]] = {}
+    no_ansible = [i for i in hw if i[2] != "ansible"]
+    for (start, label), (end, _) in zip(marks, [*marks[1:], (t.ready, "")], strict=False):
+        if end > start:
+            row = out.setdefault(label, [0.0, 0.0, 0.0])
+            row[0] += end - start
+            row[1] += covered(hw, start, end)
+            row[2] += covered(no_ansible, start, end)
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"mean": round(statistics.mean(values), 2), "max": round(max(values), 2)}
+
+
+def view(rows: list[dict[str, float]], hw_key: str) -> dict[str, float | None]:
+    """Mean hardware and overhead per host, overhead over hardware summed over hosts, and the same
+    without CAPI's part (scale-up -> the HetznerGPUMachine has its owner): ours alone."""
+    n, hw = len(rows), sum(r[hw_key] for r in rows)
+    over = sum(r["ttr"] - r[hw_key] for r in rows)
+    ours = over - sum(r["capi"] for r in rows)
+    return {
+        "hardware_s": round(hw / n, 2),
+        "overhead_s": round(over / n, 2),
+        "overhead_pct": round(100 * over / hw, 1) if hw else None,
+        "operator_overhead_s": round(ours / n, 2),
+        "operator_overhead_pct": round(100 * ours / hw, 1) if hw else None,
+    }
+
+
+def analyse(world: World, traces: list[Trace], t0: float, clocks: Clocks) -> dict[str, Any]:
+    done = actions(world, clocks)
+    rows: list[dict[str, float]] = []
+    per_step: dict[str, list[float]] = {}
+    slowest: tuple[float, str, list[Interval]] = (0.0, "", [])
+    for t in traces:
+        if t.ready is None:
+            continue
+        hw = hardware(world, t, clocks, t0, done)
+        if t.ready - t0 > slowest[0]:
+            slowest = (t.ready - t0, t.name, hw)
+        no_ansible = [i for i in hw if i[2] != "ansible"]
+        rows.append(
+            {
+                "ttr": t.ready - t0,
+                "hw": covered(hw, t0, t.ready),
+                "hw_no_ansible": covered(no_ansible, t0, t.ready),
+                "ansible": covered([i for i in hw if i[2] == "ansible"], t0, t.ready),
+                "bound": (t.bound or t.ready) - t0,
+                "capi": (t.owned or t0) - t0,
+            }
+        )
+        for label, row in steps(t, t0, hw).items():
+            acc = per_step.setdefault(label, [0.0, 0.0, 0.0])
+            acc[:] = [a + b for a, b in zip(acc, row, strict=True)]
+    if not rows:
+        return {"ready": 0}
+    n = len(rows)
+    return {
+        "ready": n,
+        "time_to_ready_s": spread([r["ttr"] for r in rows]),
+        "time_to_claim_bound_s": spread([r["bound"] for r in rows]),
+        "ansible_s": round(sum(r["ansible"] for r in rows) / n, 2),
+        "capi_s": round(sum(r["capi"] for r in rows) / n, 2),
+        "ansible_as_hardware": view(rows, "hw"),
+        "ansible_as_controller": view(rows, "hw_no_ansible"),
+        "steps": {k: [round(x / n, 2) for x in v] for k, v in per_step.items()},
+        "slowest_host": {  # its hardware intervals, seconds from the scale-up
+            "host": slowest[1],
+            "ready_s": round(slowest[0], 2),
+            "hardware": [[round(a - t0, 2), round(b - t0, 2), kind] for a, b, kind in sorted(slowest[2])],
+        },
+    }
+
+
+def run_phase(world: World, traces: list[Trace], replicas: int, pin_now: bool, timeout: float) -> dict[str, Any]:
+    assert world.robot is not None
+    clocks, calls = Clocks(world), len(world.robot.log)
+    by_name = {t.name: t for t in traces}
+    observer = Observer(world)
+    try:
+        time.sleep(1.0)  # the watches are open (their first events are the current state)
+        t0 = time.monotonic()
+        world.scale(replicas)
+        if pin_now:
+            for t in traces:
+                t.pod = pin(world, t.name)
+        finished = wait(world, observer, by_name, not pin_now, t0 + timeout)
+    finally:
+        observer.close()
+    result = analyse(world, traces, t0, clocks)
+    result["hosts"], result["completed"] = len(traces), finished
+    result["robot_calls"] = len(world.robot.log) - calls
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    return result
+
+
+def mem_available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def skip_reason(n: int, done: list[dict[str, Any]], left: float, reserve: bool) -> str | None:
+    """Why size n is not run here, or None. The estimate uses only what the last size run measured:
+    its non-Ansible time, plus n Ansible runs of its length sharing this machine's CPUs; ``reserve``
+    keeps one more such run for the standby phase."""
+    need = n * HOST_MB
+    if need > 0.7 * mem_available_mb():
+        return f"needs ~{need} MB for {n} simulated hosts, {mem_available_mb():.0f} MB available"
+    ran = [d for d in done if d.get("ready")]
+    if not ran:
+        return None
+    last, cores = ran[-1], os.cpu_count() or 1
+    ttr, ansible = last["time_to_ready_s"]["max"], last["ansible_s"]
+    estimate = ttr - ansible + max(ansible, n * ansible / cores) + last["inspect_s"]
+    standby = ttr + 15.0 if reserve else 0.0
+    if estimate + standby > left:
+        return (
+            f"estimated >= {estimate:.0f} s ({n} Ansible runs of ~{ansible:.0f} s on {cores} CPUs)"
+            + (f" + {standby:.0f} s for the standby phase" if reserve else "")
+            + f", {left:.0f} s of --budget left"
+        )
+    return None
+
+
+def standby_phase(world: World, size: int, timeout: float) -> dict[str, Any]:
+    traces, inspect_s, inspect_calls = add_hosts(world, size, timeout)
+    names = {t.name for t in traces}
+    started = time.monotonic()
+    template = f"{world.config.cluster}-gpu"
+    world.k.patch(TEMPLATES, template, {"spec": {"standby": {"size": size}}}, world.config.namespace)
+    deadline = started + timeout
+    while (
+        sum(
+            1
+            for h in world.hosts()
+            if h["metadata"]["name"] in names and (h.get("status") or {}).get("state") == "Standby"
+        )
+        < size
+    ):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"standby pool not prepared after {timeout:.0f}s; see {world.config.state_dir}")
+        time.sleep(0.5)
+    prepared_s = time.monotonic() - started
+    md = world.k.get(CAPI_MACHINEDEPLOYMENTS, template, world.config.namespace)
+    result = run_phase(world, traces, int(md["spec"].get("replicas") or 0) + size, True, timeout)
+    result.update(
+        standby_prepare_s=round(prepared_s, 1), inspect_s=round(inspect_s, 1), inspect_robot_calls=inspect_calls
+    )
+    return result
+
+
+def measure(args: argparse.Namespace, state: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    config = WorldConfig(state_dir=state, hosts=0, compression=args.compression, timing_scale=args.timing_scale)
+    world = World(config)
+    sizes: list[dict[str, Any]] = []
+    standby: dict[str, Any] | None = None
+    try:
+        world.start()
+        assert world.robot is not None
+        replicas = 0
+        for n in args.sizes:
+            left = args.budget - (time.monotonic() - started)
+            if (reason := skip_reason(n, sizes, left, args.standby > 0)) is not None:
+                sizes.append({"hosts": n, "not_run": reason})
+                continue
+            traces, inspect_s, inspect_calls = add_hosts(world, n, args.timeout)
+            replicas += n
+            result = run_phase(world, traces, replicas, False, args.timeout)
+            result.update(inspect_s=round(inspect_s, 1), inspect_robot_calls=inspect_calls)
+            sizes.append(result)
+            print(f"{n} host(s): {result.get('ready', 0)} ready in {result['wall_s']} s", flush=True)
+        if args.standby:
+            standby = standby_phase(world, args.standby, args.timeout)
+            print(f"standby {args.standby}: claim bound in {standby.get('time_to_claim_bound_s')}", flush=True)
+        statuses = [e.status for e in world.robot.log]
+    finally:
+        world.stop()
+    return report(args, sizes, standby, statuses, time.monotonic() - started)
+
+
+def report(
+    args: argparse.Namespace,
+    sizes: list[dict[str, Any]],
+    standby: dict[str, Any] | None,
+    statuses: list[int],
+    wall: float,
+) -> dict[str, Any]:
+    for r in [*sizes, standby or {}]:
+        if r.get("hosts") and "robot_calls" in r:
+            r["robot_calls_per_node"] = round((r["robot_calls"] + r["inspect_robot_calls"]) / r["hosts"], 2)
+            r["robot_calls_per_node_scaleup"] = round(r["robot_calls"] / r["hosts"], 2)
+    ran = [r for r in sizes if r.get("ready")]
+    cold = ran[0] if ran else None
+    return {
+        "bench": "scaleup",
+        "compression": args.compression,
+        "timing_scale": args.timing_scale,
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_start": args.loadavg,
+        "sizes": sizes,
+        "standby": standby,
+        "cold_vs_standby_claim_bound_s": {
+            "cold": cold["time_to_claim_bound_s"]["mean"] if cold else None,
+            "standby": (standby or {}).get("time_to_claim_bound_s", {}).get("mean"),
+        },
+        "http_403": statuses.count(403),
+        "robot_calls": len(statuses),
+        "goals": {"overhead_pct": GOAL_OVERHEAD_PCT, "robot_calls_per_node": GOAL_ROBOT_CALLS, "http_403": 0},
+        "wall_s": round(wall, 1),
+    }
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print(
+        f"\ncompression {r['compression']:g}x (Robot, resets, boots), operator timings /{r['timing_scale']:g}; "
+        f"{r['cpus']} CPUs, load {r['loadavg_1m_at_start']:.1f} at start; Robot calls {r['robot_calls']}, "
+        f"403s {r['http_403']}; OURS = overhead less CAPI's part; -A = Ansible counted as controller work"
+    )
+    cols = ("HOSTS", "READY", "TTR s", "BOUND s", "HW s", "OVER s", "OVER %", "OURS %", "HW-A s", "OURS-A %", "ROBOT/N")
+    print("\n" + "".join(f"{c:>9}" for c in cols))
+    rows = [(str(s["hosts"]), s) for s in r["sizes"]]
+    if r["standby"]:
+        rows.append((f"sb {r['standby']['hosts']}", r["standby"]))
+    for label, s in rows:
+        if "not_run" in s or not s.get("ready"):
+            print(f"{label:>9}   not run: {s['not_run']}" if "not_run" in s else f"{label:>9}   none ready in time")
+            continue
+        a, b = s["ansible_as_hardware"], s["ansible_as_controller"]
+        values = (s["ready"], s["time_to_ready_s"]["mean"], s["time_to_claim_bound_s"]["mean"], a["hardware_s"])
+        values += (a["overhead_s"], a["overhead_pct"], a["operator_overhead_pct"], b["hardware_s"])
+        values += (b["operator_overhead_pct"], s["robot_calls_per_node"])
+        print(f"{label:>9}" + "".join(f"{v:>9.1f}" if isinstance(v, float) else f"{v!s:>9}" for v in values))
+    first = next((s for s in r["sizes"] if s.get("ready")), None)
+    for label, s in (("cold, first size", first), ("standby", r["standby"])):
+        if s and s.get("steps"):
+            print(f"\n{label}, per host (mean s)   {'WALL':>7}{'HW':>7}{'OVER':>7}{'HW-A':>7}")
+            for step, (wall, hw, hw_a) in s["steps"].items():
+                print(f"  {step:<34}{wall:>7.2f}{hw:>7.2f}{wall - hw:>7.2f}{hw_a:>7.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--hosts", default="1,2", help="comma-separated scale-up sizes, each on fresh hosts")
+    parser.add_argument("--standby", type=int, default=1, help="standby pool size for the standby phase (0: skip)")
+    parser.add_argument(
+        "--budget", type=float, default=330.0, help="seconds; larger sizes that would not fit are skipped"
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")
+    parser.add_argument("--compression", type=float, default=600.0)
+    parser.add_argument("--timing-scale", type=float, default=60.0)
+    args = parser.parse_args()
+    args.sizes = [int(x) for x in args.hosts.split(",") if x.strip()]
+    args.loadavg = os.getloadavg()[0]
+    if os.geteuid() != 0:
+        raise SystemExit("the simulated fleet needs root (namespaces, cgroups, mounts)")
+    with tempfile.TemporaryDirectory(prefix="capi-gpu-scaleup-bench-") as tmp:
+        result = measure(args, Path(tmp))
+    print(json.dumps(result, separators=(",", ":")))
+    print_table(result)
+
+
+if __name__ == "__main__":
+    main()
