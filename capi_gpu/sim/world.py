@@ -32,7 +32,7 @@ from capi_gpu.kube import (
     Res,
     ours,
 )
-from capi_gpu.sim import aptrepo, binaries, controlplane_object, templates
+from capi_gpu.sim import aptrepo, binaries, controlplane_object, identity, templates
 from capi_gpu.sim.controlplane import ControlPlane, Options
 from capi_gpu.sim.fleet import Fleet, FleetConfig
 from capi_gpu.sim.hosts import cgroups, keys
@@ -63,6 +63,8 @@ class WorldConfig:
     operator_args: list[str] = field(default_factory=list)
     # Robot faults (``SimFaults`` fields) in force before anything calls Robot: latency, 5xx, tight limits.
     robot_faults: dict[str, Any] = field(default_factory=dict)
+    # Run the operator as the shipped ServiceAccount under the shipped RBAC (config/rbac), not as admin.
+    operator_rbac: bool = False
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -89,6 +91,7 @@ class World:
         self.key = keys.generate(comment="capi-gpu-dev")
         self.started = time.monotonic()
         self.operator_starts = 0
+        self.operator_kubeconfig: Path | None = None  # set when the operator runs as its ServiceAccount
 
     @property
     def k(self) -> Kube:
@@ -112,6 +115,9 @@ class World:
             self._dra_classes()
             self.register_hosts()
             self.apply_cluster()
+            if cfg.operator_rbac:
+                path = cfg.state_dir / "operator.kubeconfig"
+                self.operator_kubeconfig = identity.operator_kubeconfig(self.cp, self.k, path)
             self.start_operator()
         except BaseException:
             self.stop()
@@ -260,7 +266,7 @@ class World:
             "capi_gpu.cli",
             "run",
             "--kubeconfig",
-            str(self.cp.kubeconfig),
+            str(self.operator_kubeconfig or self.cp.kubeconfig),
             "--robot-url",
             self.robot.url,
             "--timing-scale",
