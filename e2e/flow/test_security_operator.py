@@ -1,0 +1,193 @@
+"""The operator as a tenant of the management cluster, across one whole run (two GPU Machines provisioned, one
+deprovisioned, one moved away): it runs as its own ServiceAccount under exactly the shipped RBAC
+(config/rbac, a TokenRequest token) and never meets a Forbidden; a clusterctl-move style delete
+(Cluster paused, delete-for-move on the HetznerGPUMachine and its host) releases both finalizers without
+touching the server (no Robot call about it, no kubeadm reset, its OS and node keep running); and no secret
+(the Robot password, a rescue root password, the SSH private key, an OS host private key, the bootstrap token,
+the ServiceAccount and workload tokens) appears in any operator log, Ansible artifact, Event, or object of ours."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fault_kit import (
+    GPU_MACHINES,
+    HOSTS,
+    converged,
+    gpu_machines,
+    host_name,
+    machine_of,
+    robot_log,
+    secret_text,
+    status,
+    until,
+)
+
+from capi_gpu import domain
+from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, EVENTS, NODES, SECRETS, Forbidden, Kube, Res, ours
+from capi_gpu.sim import identity
+from capi_gpu.sim.world import World
+
+OUR_KINDS = ("hetznergpuhosts", "hetznergpumachines", "hetznergpuclusters", "hetznergpumachinetemplates",
+             "hetznergpuremediations")  # fmt: skip
+SELF_REVIEWS = Res("authentication.k8s.io", "v1", "selfsubjectreviews", namespaced=False)
+
+
+@pytest.fixture(scope="module")
+def sec_world(world_factory: Callable[..., World]) -> Iterator[World]:
+    world = world_factory(hosts=2, operator_rbac=True)
+    yield world
+
+
+def _operator_kube(world: World) -> Kube:
+    assert world.operator_kubeconfig is not None
+    return Kube.from_kubeconfig(str(world.operator_kubeconfig))
+
+
+def test_as_its_service_account_under_the_shipped_rbac_the_operator_provisions_without_a_forbidden(
+    sec_world: World,
+) -> None:
+    world = sec_world
+    assert world.fleet is not None
+    sa = _operator_kube(world)
+    try:
+        review = sa.create(SELF_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        assert review["status"]["userInfo"]["username"] == (
+            f"system:serviceaccount:{identity.SA_NAMESPACE}:{identity.SA_NAME}"
+        )
+        with pytest.raises(Forbidden):  # least privilege: Secrets by name only, never listed
+            sa.list(SECRETS, world.config.namespace)
+        with pytest.raises(Forbidden):
+            sa.delete(HOSTS, host_name(next(iter(world.fleet.hosts))), world.config.namespace)
+    finally:
+        sa.close()
+    assert world.operator is not None and str(world.operator_kubeconfig) in str(world.operator.args)
+
+    numbers = list(world.fleet.hosts)
+    world.scale(2)
+    until("both Machines provisioned, nodes joined", lambda: all(converged(world, n) for n in numbers), 360, world)
+    world.scale(1)
+    until(
+        "one host deprovisioned back to Available (its HetznerGPUMachine gone), the other still serving",
+        lambda: (
+            sorted(str(status(world, n).get("state")) for n in numbers) == ["Available", "Provisioned"]
+            and len(gpu_machines(world)) == 1
+        ),
+        180,
+        world,
+    )
+    logs = world.operator_logs()
+    forbidden = [line for line in logs.splitlines() if "forbidden" in line.lower()]
+    assert not forbidden, "\n".join(forbidden[:20])
+
+
+def test_delete_for_move_releases_the_finalizers_and_never_touches_the_server(sec_world: World) -> None:
+    world = sec_world
+    assert world.fleet is not None
+    ns = world.config.namespace
+    number = next(n for n in world.fleet.hosts if status(world, n).get("state") == "Provisioned")
+    host = world.fleet.host(number)
+    machine = machine_of(world, number)
+    assert machine is not None and converged(world, number)
+    boot_id, boots = host.boot_id, host.boot_count()
+    # As clusterctl move does: pause the Cluster, mark what it deletes from the source, then delete.
+    world.k.patch(CAPI_CLUSTERS, world.config.cluster, {"spec": {"paused": True}}, ns)
+    since, log_from = len(robot_log(world)), len(world.operator_logs())
+    marked = {"metadata": {"annotations": {domain.DELETE_FOR_MOVE_ANNOTATION: ""}}}
+    world.k.patch(GPU_MACHINES, machine, marked, ns)
+    world.k.patch(HOSTS, host_name(number), marked, ns)
+    assert world.k.get(GPU_MACHINES, machine, ns)["metadata"].get("finalizers"), "nothing to release"
+    assert world.k.get(HOSTS, host_name(number), ns)["metadata"].get("finalizers"), "nothing to release"
+    world.k.delete(GPU_MACHINES, machine, ns)
+    world.k.delete(HOSTS, host_name(number), ns)
+    until(
+        "both objects gone (finalizers released)",
+        lambda: (
+            world.k.get_or_none(GPU_MACHINES, machine, ns) is None
+            and world.k.get_or_none(HOSTS, host_name(number), ns) is None
+        ),
+        60,
+        world,
+    )
+    # Robot: not one request about this server.
+    about = [e for e in robot_log(world, since) if f"/{number}" in e.path]
+    assert about == [], [(e.method, e.path) for e in about]
+    # The server: same boot, still the installed OS, still joined (no kubeadm reset ran).
+    assert (host.boot_id, host.boot_count(), host.running.value) == (boot_id, boots, "installed")
+    assert host.read_file("/var/lib/kubelet/sim-join.json") is not None
+    assert host.read_file("/var/lib/kubelet/sim-reset.json") is None
+    assert world.k.get_or_none(NODES, host_name(number)) is not None
+    assert "kubeadm-reset" not in world.operator_logs()[log_from:]
+    # The Cluster stays paused: in a real move the source is done with it (this world ends here).
+
+
+def _key_lines(private: str) -> list[str]:
+    return [line for line in private.splitlines() if len(line) >= 16 and "PRIVATE KEY" not in line]
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _secrets(world: World) -> dict[str, list[str]]:
+    assert world.robot is not None and world.operator_kubeconfig is not None
+    ns = world.config.namespace
+    with world.robot.locked() as account:
+        rescue_passwords = [s.last_rescue.password for s in account.servers.values() if s.last_rescue]
+    bootstrap = secret_text(world, f"{world.config.cluster}-gpu-bootstrap", "value")
+    tokens = re.findall(r"token: ([a-z0-9]{6}\.[a-z0-9]{16})", bootstrap)
+    assert tokens, "no bootstrap token in the bootstrap data"
+    os_keys: list[str] = []
+    for s in world.k.list(SECRETS, ns):
+        if s["metadata"]["name"].endswith(domain.OS_HOSTKEY_SECRET_SUFFIX):
+            private = base64.b64decode(s["data"]["ssh-host-privatekey"]).decode()
+            os_keys += [*_key_lines(private), _b64(private.rstrip("\n") + "\n")]
+    assert os_keys, "no OS host key Secret"
+    kubeconfig = yaml.safe_load(world.operator_kubeconfig.read_text())
+    return {
+        "Robot password": [world.robot.password],
+        "rescue root password": rescue_passwords,
+        "SSH private key": [*_key_lines(world.key.private_openssh), _b64(world.key.private_openssh)],
+        "OS host private key": os_keys,
+        "bootstrap token": [*tokens, *(t.split(".")[1] for t in tokens), _b64(bootstrap)],
+        "ServiceAccount token": [kubeconfig["users"][0]["user"]["token"]],
+        "workload (admin) token": [world.cp.token],
+    }
+
+
+def _haystacks(world: World) -> dict[str, str]:
+    ns = world.config.namespace
+    out = {"operator logs": world.operator_logs()}
+    artifacts = Path(world.config.state_dir) / "artifacts"
+    out["Ansible artifacts"] = "\n".join(
+        p.read_text(errors="replace") for p in sorted(artifacts.rglob("*")) if p.is_file()
+    )
+    out["Events"] = json.dumps(world.k.list(EVENTS))
+    objects: list[Any] = [world.k.list(ours(kind), ns) for kind in OUR_KINDS]
+    out["our objects"] = json.dumps(objects)
+    out["CAPI Machines' status"] = json.dumps([m.get("status") for m in world.k.list(CAPI_MACHINES, ns)])
+    return out
+
+
+def test_no_secret_in_any_log_artifact_event_or_status(sec_world: World) -> None:
+    world = sec_world
+    secrets, haystacks = _secrets(world), _haystacks(world)
+    assert len(haystacks["operator logs"]) > 10_000 and len(haystacks["Ansible artifacts"]) > 10_000
+    # The haystacks hold a whole run: provisioning, deprovisioning, the moved machine.
+    assert all(reason in haystacks["Events"] for reason in ("Bootstrapped", "Configured", "Deprovisioned"))
+    assert "HetznerGPUHost" in haystacks["our objects"] and "HetznerGPUMachine" in haystacks["our objects"]
+    leaks = [
+        f"{what} in {where}"
+        for what, values in secrets.items()
+        for value in values
+        for where, text in haystacks.items()
+        if value and value in text
+    ]
+    assert not leaks, sorted(set(leaks))
