@@ -72,7 +72,10 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
     capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
     st, now = rem.status.model_copy(deep=True), deps.clock()
-    if capi is None:
+    if capi is None or capi["metadata"].get("deletionTimestamp"):
+        # MachineHealthCheck also asks to remediate a Machine that is already being deleted (a scale-down
+        # deletes its Node first: NodeDeleted). It goes anyway and takes this object with it; a reset or a
+        # "replace" would only be a false alarm.
         return None
     host = await _host_of(deps, namespace, capi)
     node_name = ((capi.get("status") or {}).get("nodeRef") or {}).get("name")
