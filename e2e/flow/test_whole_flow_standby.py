@@ -1,0 +1,146 @@
+"""Whole flow, happy path, one GEX131 with layout all-1g.24gb: a cold scale-up 0->1 until a 1g.24gb claim is
+bound; four 1g.24gb devices taken by four claims, the prioritized-list claim falling back to 1g.24gb and a
+2g.48gb claim left unschedulable; then a standby pool of one (the template's spec.standby.size) prepares the
+host up to, not including, the join, and scaling 0->1 again costs one bootstrap: no rescue, reset or
+installimage. Cold and standby time-to-claim-bound are printed (the README quotes them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from flow_kit import (
+    HOSTS,
+    MD_NAME,
+    TEMPLATES,
+    bound,
+    check_bound,
+    condition,
+    expected_device_names,
+    expected_layout,
+    host_state,
+    layout_counts,
+    machines,
+    mig_instances,
+    ns,
+    pod_node,
+    provisioned,
+    published_devices,
+    robot_posts,
+    robot_refusals,
+    scaled_to_zero,
+    sim_host,
+    submit,
+    unschedulable,
+    wait,
+    wait_available,
+    where,
+)
+
+from capi_gpu import domain
+from capi_gpu.api.host import HetznerGPUHost, HostState
+from capi_gpu.kube import NODES
+from capi_gpu.sim import devflow
+from capi_gpu.sim.kubelet import JOIN_RECORD
+from capi_gpu.sim.world import World
+
+LAYOUT = "all-1g.24gb"
+TIMES: dict[str, float] = {}  # time-to-claim-bound by path, for the comparison the last test prints
+
+
+@pytest.fixture(scope="module")
+def world(world_factory: Callable[..., World]) -> World:
+    return world_factory(hosts=1, layout=LAYOUT)
+
+
+def cold_claim(world: World) -> devflow.Summary:
+    """MachineDeployment 0->1 on an Available host, a 1g.24gb pod submitted at once: until it is bound."""
+    if machines(world):
+        scaled_to_zero(world)
+    wait_available(world, 1)
+    summary = devflow.run(world, 1, pod="cold-1g", timeout=420)
+    TIMES["cold"] = summary.seconds
+    return summary
+
+
+def test_cold_scale_up_and_claims_on_an_all_1g_layout(world: World) -> None:
+    summary = cold_claim(world)
+    print(f"\ncold host, MachineDeployment 0->1 -> 1g.24gb claim bound: {summary.seconds:.0f}s")
+    print("\n".join(summary.lines()))
+    (n,) = provisioned(world, 1)
+    rows = mig_instances(sim_host(world, n.server_number))
+    assert layout_counts(rows) == expected_layout(world) == Counter({"1g.24gb": 4}), rows
+    assert set(published_devices(world, n.name)) == expected_device_names(world)
+
+    submit(world, "one-b", "mig-1g-24gb")
+    submit(world, "one-c", "mig-1g-24gb")
+    submit(world, "either-b", "mig-2g-48gb-or-1g-24gb")  # no 2g.48gb on this layout: the second choice
+    submit(world, "two-b", "mig-2g-48gb")
+    results = [bound(world, pod) for pod in ("cold-1g", "one-b", "one-c", "either-b")]
+    for b in results:
+        check_bound(world, b, "1g.24gb")
+    either = results[-1]
+    assert either.request == "mig/one-slice", either
+    assert sorted(b.device for b in results) == sorted(expected_device_names(world)), "all four slices, once each"
+    wait(world, "the 2g.48gb pod marked Unschedulable", lambda: unschedulable(world, "two-b"), 60)
+    assert pod_node(world, "two-b") is None, "no 2g.48gb exists on an all-1g.24gb node"
+    assert robot_refusals(world) == []
+
+
+def test_a_standby_host_costs_one_bootstrap(world: World) -> None:
+    if "cold" not in TIMES:
+        cold_claim(world)
+    scaled_to_zero(world)
+    (host_name,) = [h["metadata"]["name"] for h in world.hosts()]
+    prepare_started = time.monotonic()
+    world.k.patch(TEMPLATES, MD_NAME, {"spec": {"standby": {"size": 1}}}, ns(world))
+    try:
+        wait(
+            world,
+            f"{host_name} on Standby",
+            lambda: host_state(world.k.get(HOSTS, host_name, ns(world))) == "Standby",
+            300,
+        )
+        prepared_s = time.monotonic() - prepare_started
+        raw = world.k.get(HOSTS, host_name, ns(world))
+        host = HetznerGPUHost.model_validate(raw)
+        assert host.spec.standby is not None and host.spec.standby.template == MD_NAME
+        assert host.spec.consumer_ref is None and world.k.list(NODES) == [], "standby stops before the join"
+        sim = sim_host(world, host.spec.server_number)
+        assert sim.read_file(str(JOIN_RECORD)) is None
+        assert layout_counts(mig_instances(sim)) == expected_layout(world), "driver and MIG layout already applied"
+
+        def pool_ready() -> bool:
+            tpl = world.k.get(TEMPLATES, MD_NAME, ns(world))
+            ready = condition(tpl, "StandbyPoolReady") or {}
+            return (tpl.get("status") or {}).get("standbyHosts") == 1 and ready.get("status") == "True"
+
+        wait(world, "the template's StandbyPoolReady", pool_ready, 60)
+
+        assert world.robot is not None
+        mark, claimed_at = len(world.robot.log), dt.datetime.now(dt.UTC)
+        summary = devflow.run(world, 1, pod="standby-1g", timeout=300)
+        TIMES["standby"] = summary.seconds
+        (n,) = provisioned(world, 1)
+        assert n.host["metadata"]["name"] == host_name, "the standby host was claimed"
+        check_bound(world, bound(world, "standby-1g"), "1g.24gb")
+        number = host.spec.server_number
+        assert robot_posts(world, f"/reset/{number}", since=mark) == [], "no Robot reset after the claim"
+        assert robot_posts(world, f"/boot/{number}", since=mark) == [], "no rescue activation after the claim"
+        after = HetznerGPUHost.model_validate(world.k.get(HOSTS, host_name, ns(world)))
+        since_claim = [op.name for op in after.status.operations if op.requested_at >= claimed_at]
+        assert since_claim == ["bootstrap"], f"a standby claim costs one bootstrap, not {since_claim}; {where(world)}"
+        assert after.status.state is HostState.PROVISIONED
+        assert n.node["spec"]["providerID"] == f"{domain.PROVIDER_ID_PREFIX}{number}"
+    finally:
+        world.k.patch(TEMPLATES, MD_NAME, {"spec": {"standby": None}}, ns(world))
+    cold, standby = TIMES["cold"], TIMES["standby"]
+    print(
+        f"\ntime-to-claim-bound, one GEX131 (compression 600x): cold {cold:.0f}s, standby {standby:.0f}s "
+        f"(standby preparation took {prepared_s:.0f}s, off the claim's critical path)"
+    )
+    assert standby < cold, f"standby ({standby:.0f}s) must beat a cold install ({cold:.0f}s)"
