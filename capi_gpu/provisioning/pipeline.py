@@ -55,8 +55,9 @@ def step_rescue(ctx: Context) -> Decision:
     activation = op_in_step(ctx, ActionKind.ACTIVATE_RESCUE)
     if activation is None:
         return act(ctx, ActionKind.ACTIVATE_RESCUE)
-    if activation.outcome is None and not st.host_keys.rescue:
-        # Crashed after recording it, before recording how it went: ask Robot, never re-send blind.
+    if activation.outcome is None:
+        # Crashed after recording it, before recording how it went: ask Robot, never re-send blind. Any rescue
+        # keys in status are an earlier activation's (inspection's): this one's are recorded with its outcome.
         if obs.rescue_active and obs.rescue_keys:
             status = copy_status(settle(ctx, activation, SENT))
             status.host_keys.rescue = list(obs.rescue_keys)
@@ -64,14 +65,17 @@ def step_rescue(ctx: Context) -> Decision:
                 status, requeue_after=0.2, notes=(Note("RescueRecovered", "read rescue keys back from Robot"),)
             )
         if obs.rescue_active is False and not resets:
-            # Nothing pending at Robot and no reset sent since (one is only sent after the keys are recorded):
-            # the crash came before the request left, so this activation is the first, not a second.
+            # Nothing pending at Robot and no reset sent in this step, so no boot can have consumed it: the
+            # crash came before the request left, and this activation is the first, not a second.
             return act(
                 settle(ctx, activation, NOT_SENT),
                 ActionKind.ACTIVATE_RESCUE,
                 note=Note("RescueNotSent", "Robot has no activation pending: the recorded one never left"),
             )
-        return wait(ctx, ctx.timing.poll)
+        if obs.rescue_active is None or not resets:
+            return wait(ctx, ctx.timing.poll)  # not read back yet, or pending without its keys yet
+        # A re-activation on the way up the ladder, which a late boot may have consumed: the ladder counts it
+        # as sent and climbs on.
     verdict = ladder.climb(ladder.Target.RESCUE, st, obs, ctx.now, ctx.timing, None, os_reachable=_os_reachable(ctx))
     return _ladder_decision(
         ctx, verdict, on_arrival=lambda: _next_after_rescue(ctx, obs.ssh.boot_id if obs.ssh else None)

@@ -201,6 +201,17 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
         A.ACTIVATE_RESCUE,
     ),
     (
+        "rescue-crash-activation-never-left-old-keys",
+        in_rescue(host(P, Step.RESCUE, ops=[("activate-rescue", S, None)])),
+        Observations(
+            claimed=True, rescue_active=False, ssh=ssh(SSHOutcome.KEY_MISMATCH, presented=PresentedKey.UNKNOWN)
+        ),
+        {},
+        P,
+        Step.RESCUE,
+        A.ACTIVATE_RESCUE,
+    ),
+    (
         "rescue-crash-activation-consumed-after-reset-waits",
         host(INS, Step.RESCUE, ops=[("activate-rescue", 2 * S, None), ("reset-sw", S, None)]),
         Observations(rescue_active=False),
@@ -737,7 +748,11 @@ def test_retryable_error_becomes_permanent_after_max_retries() -> None:
 # installimage is the one recorded action whose effect the server itself reports: see the test below. The rows
 # whose observations prove a recorded operation never left (Robot has no activation pending, cloud-init still
 # disabled) re-send by design; their own tests check it happens once.
-PROVEN_NOT_SENT = {"rescue-crash-activation-never-left", "bootstrap-crash-before-start-sends-it"}
+PROVEN_NOT_SENT = {
+    "rescue-crash-activation-never-left",
+    "rescue-crash-activation-never-left-old-keys",
+    "bootstrap-crash-before-start-sends-it",
+}
 RESTART_ROWS = [r for r in ROWS if r[6] in RECORDED and r[6] is not A.START_INSTALL and r[0] not in PROVEN_NOT_SENT]
 
 
@@ -787,6 +802,19 @@ def test_a_bootstrap_that_never_started_is_marked_not_sent_and_started_once() ->
     assert [(o.name, o.outcome) for o in d.status.operations] == [("bootstrap", "NotSent"), ("bootstrap", None)]
     running = Observations(claimed=True, bootstrap_ready=True, sentinel=False, cloud_init=CloudInitState.RUNNING)
     assert decide(crashed.model_copy(update={"status": d.status}), running).action is None
+
+
+def test_a_crash_in_a_later_rescue_step_is_recovered_not_read_as_a_swapped_key() -> None:
+    """Provisioning's Rescue step of a host inspected long ago: status still pins inspection's rescue keys.
+    The previous OS answering with an unknown key must not be judged against those stale pins."""
+    foreign = ssh(SSHOutcome.KEY_MISMATCH, presented=PresentedKey.UNKNOWN)
+    never_left = in_rescue(host(P, Step.RESCUE, ops=[("activate-rescue", S, None)]))
+    d = decide(never_left, Observations(claimed=True, rescue_active=False, ssh=foreign))
+    assert d.status.state is P and d.action is not None and d.action.kind is A.ACTIVATE_RESCUE
+    fresh = RESCUE_KEY.model_copy(update={"fingerprint": "bb:" * 15 + "bb"})
+    unrecorded = decide(never_left, Observations(claimed=True, rescue_active=True, rescue_keys=(fresh,), ssh=foreign))
+    assert unrecorded.action is None and unrecorded.status.host_keys.rescue == [fresh]
+    assert unrecorded.status.operations[-1].outcome == "Sent"
 
 
 def test_rescue_keys_read_back_after_a_crash_mark_the_activation_sent() -> None:
