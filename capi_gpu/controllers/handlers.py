@@ -79,11 +79,29 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
 
     for plural, kind, loop in DAEMONS:
         _daemon(registry, when, plural, kind, loop)
+    _host_levers(registry, when)
     _deletions(registry, when)
     if settings.gate:
         _gate(registry, when)
     _autoscaler(registry, settings, when)
     _ = (startup, cleanup)
+
+
+# The operator's levers on a host that are annotations, not spec: removing permanent-error, asking for a
+# reinspection. A change wakes the host's loop at once instead of at its next poll.
+HOST_LEVERS = {
+    "host-permanent-error": domain.ANNOTATION_PERMANENT_ERROR,
+    "host-reinspect": domain.ANNOTATION_REINSPECT,
+}
+
+
+def _host_levers(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:
+    async def woken(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        memo.deps.wakeups.wake("host", namespace or "", name)
+
+    for handler_id, key in HOST_LEVERS.items():
+        field = ("metadata", "annotations", key)
+        kopf.on.update(G, V, "hetznergpuhosts", id=handler_id, registry=registry, when=when, field=field)(woken)
 
 
 def _deletions(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:

@@ -18,7 +18,7 @@ from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
 from capi_gpu.kube import Obj
 from capi_gpu.provisioning import host_conditions, outcomes, states, transitions
-from capi_gpu.provisioning.model import Decision, Observations
+from capi_gpu.provisioning.model import Decision, Observations, Timing
 
 log = logging.getLogger(__name__)
 IDLE = 300.0
@@ -145,7 +145,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
             HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace
         )
     if decision.action is None:
-        return decision.requeue_after
+        return next_pass(decision, timing)
     result = await host_actions.execute(deps, host, env, decision.action, _wipe_list(obj))
     log.info(
         "host %s/%s: %s -> %s %s",
@@ -158,7 +158,14 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     after = transitions.Context(host, obs, deps.clock(), timing, hostname(host), ctx.wipe_requested, slot_free)
     final = outcomes.apply_result(after, decision.action, result)
     await _write(deps, obj, host, final, env)
-    return final.requeue_after
+    return next_pass(final, timing)
+
+
+def next_pass(decision: Decision, timing: Timing) -> float:
+    """Seconds until the next pass. The state machine says None when nothing is due (a permanent error
+    waits for a human); the loop reads None as "the host is gone" and would stop, and then removing the
+    permanent-error annotation would never be noticed. So keep looking, as the Error state itself does."""
+    return decision.requeue_after if decision.requeue_after is not None else timing.poll * 30
 
 
 async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:

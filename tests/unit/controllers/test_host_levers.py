@@ -1,0 +1,45 @@
+"""Operator levers on a host: a permanent error keeps the host's loop alive (so removing the permanent-error
+annotation is noticed), and a change of the permanent-error or reinspect annotation wakes that loop at once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import kopf
+
+from capi_gpu import domain
+from capi_gpu.api.host import ErrorType, HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus, HostState, Step
+from capi_gpu.controllers import handlers, host_loop
+from capi_gpu.controllers.deps import Deps
+from capi_gpu.controllers.settings import Settings
+from capi_gpu.provisioning import transitions
+from capi_gpu.provisioning.model import Decision, Observations, Timing
+
+T0 = datetime(2026, 10, 8, 9, 0, tzinfo=UTC)
+TIMING = Timing()
+
+
+def _no_deps() -> Deps:
+    raise AssertionError("not started")
+
+
+def test_a_permanent_error_still_gets_a_next_pass() -> None:
+    host = HetznerGPUHost(
+        metadata={"name": "gex-a"},
+        spec=HetznerGPUHostSpec(server_number=1),
+        status=HetznerGPUHostStatus(state=HostState.INSPECTING, step=Step.RESCUE),
+    )
+    ctx = transitions.Context(host, Observations(), T0, TIMING, "gex-a")
+    permanent = transitions.fail(ctx, ErrorType.REBOOT_TIMEOUT, "no rescue after reset-hw")
+    assert permanent.status.error_permanent and permanent.requeue_after is None  # nothing due: a human acts
+    assert host_loop.next_pass(permanent, TIMING) == TIMING.poll * 30  # ... but the loop keeps looking
+    assert host_loop.next_pass(Decision(permanent.status, requeue_after=2.5), TIMING) == 2.5
+
+
+def test_lever_annotations_wake_the_host_loop() -> None:
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, Settings(), _no_deps)
+    fields = {h.id.split("/")[0]: (h.field, str(h.selector.any_name)) for h in registry._changing.get_all_handlers()}
+    for handler_id, key in handlers.HOST_LEVERS.items():
+        assert fields[handler_id] == (("metadata", "annotations", key), "hetznergpuhosts")
+    assert set(handlers.HOST_LEVERS.values()) == {domain.ANNOTATION_PERMANENT_ERROR, domain.ANNOTATION_REINSPECT}
