@@ -132,7 +132,8 @@ def test_every_object_is_in_the_target_namespace_and_refs_resolve(flavor: str, t
     refs.append(cluster["spec"]["infrastructureRef"])
     if "controlPlaneRef" in cluster["spec"]:
         refs.append(cluster["spec"]["controlPlaneRef"])
-        refs.append(one(docs, "KubeadmControlPlane")["spec"]["machineTemplate"]["spec"]["infrastructureRef"])
+        for kcp in by_kind(docs, "KubeadmControlPlane"):
+            refs.append(kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"])
     for md in by_kind(docs, "MachineDeployment"):
         spec = md["spec"]["template"]["spec"]
         refs.append(spec["infrastructureRef"])
@@ -230,7 +231,14 @@ def test_dev_flavor_uses_the_harness_control_plane(tmp_path: Path) -> None:
     assert not by_kind(docs, "KubeadmConfigTemplate")
     assert not by_kind(docs, "HetznerGPUHost"), "hosts come from the dev tool"
     cluster = one(docs, "Cluster")
-    assert "controlPlaneRef" not in cluster["spec"]
+    # The harness apiserver is the control plane: an externally managed SimControlPlane stands for it, so
+    # CAPI counts the control plane initialized and connects to the workload cluster.
+    assert cluster["spec"]["controlPlaneRef"] == {
+        "apiGroup": "controlplane.sim.gpu.infrastructure.cluster.x-k8s.io",
+        "kind": "SimControlPlane",
+        "name": "gpus",
+    }
+    assert one(docs, "SimControlPlane")["spec"]["controlPlaneEndpoint"] == {"host": "127.0.0.1", "port": 6443}
     assert cluster["spec"]["controlPlaneEndpoint"] == {"host": "127.0.0.1", "port": 6443}
     md = one(docs, "MachineDeployment")
     assert md["spec"]["template"]["spec"]["bootstrap"] == {"dataSecretName": "gpus-gpu-bootstrap"}

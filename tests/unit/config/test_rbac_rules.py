@@ -147,7 +147,8 @@ def test_the_scan_sees_the_calls_it_must() -> None:
     assert (domain.CAPI_GROUP, "machines", "watch") in calls  # kopf.on.event on CAPI Machines
     readiness = {grant for p in sorted(SCANNED[1].glob("*.py")) for grant, _ in kube_calls(p)}
     assert (domain.CAPI_GROUP, "machines/status", "patch") in readiness  # GPUReady by server-side apply
-    assert (domain.GROUP, "hetznergpuclusters", "get") in readiness  # ours(...) at the call site
+    assert (domain.GROUP, "hetznergpumachines", "list") in readiness  # targets: ours(...) at the call site
+    assert (domain.GROUP, "hetznergpuclusters", "get") in calls  # workload.owner_cluster
 
 
 def test_every_client_method_that_calls_the_api_is_mapped_to_a_verb() -> None:
