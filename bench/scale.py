@@ -190,6 +190,28 @@ def settled(kube: Kube, n: int) -> bool:
     return sum(1 for s in kube.list(SECRETS, NAMESPACE) if s["metadata"]["name"].endswith("-os-hostkey")) >= n
 
 
+WRITES = ("POST", "PATCH", "PUT", "DELETE")
+
+
+def quiet(api: Apiserver, op: Proc, deadline: float, interval: float = 5.0) -> None:
+    """Until an interval passes with no write on what the operator may touch: every first pass (the OS
+    host key Secret, the first status, condition and label writes) is behind us, steady state begins."""
+    granted = rbac_resources()
+
+    def writes() -> int:
+        return sum(v for (verb, res), v in api.requests().items() if verb in WRITES and res in granted)
+
+    last = writes()
+    while True:
+        time.sleep(interval)
+        now = writes()
+        if now == last:
+            return
+        if not op.alive() or time.monotonic() > deadline:
+            raise SystemExit(f"operator did not settle (alive={op.alive()}):\n{op.tail()}")
+        last = now
+
+
 def window(api: Apiserver, pid: int | None, seconds: float) -> tuple[Counter[Key], float, list[float]]:
     before, cpu0, rss = api.requests(), cpu_seconds(pid) if pid else 0.0, []
     deadline = time.monotonic() + seconds
@@ -224,9 +246,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         raise SystemExit(f"operator did not settle (alive={op.alive()}):\n{op.tail()}")
                     time.sleep(2.0)
                 first_pass_s = time.monotonic() - started
-                # Every first pass (the OS host key Secret, the first status and label writes) is behind
-                # us; a little more lets the last ones' watch echoes through before the window opens.
-                time.sleep(0.25 * period)
+                quiet(api, op, deadline)
                 warmup = api.requests()
                 warmup.subtract(before_warmup)
                 cpu_start, rss_start = cpu_seconds(op.pid), rss_mb(op.pid)
