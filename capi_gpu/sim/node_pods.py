@@ -9,8 +9,10 @@ kube-controller-manager, CAPI's drain) deletes pods and waits until they are gon
 node to confirm a deletion, a pod bound to a node would stay ``Terminating`` forever. So, for every
 simulated node whose plugin publishes:
 
-- one pod in ``nvidia-dra-driver-gpu`` with the chart's ``app.kubernetes.io/name`` label, bound to the node
-  and reported ``Running``, recreated when it is gone (the DaemonSet's part);
+- one pod in ``nvidia-dra-driver-gpu`` with the chart's ``app.kubernetes.io/name`` label, bound to the node,
+  reported ``Running`` and recreated when it is gone (the DaemonSet controller's part). It is owned by a
+  DaemonSet object of that name (which no controller here reconciles), so a drain (CAPI's, ``kubectl
+  drain``) skips it as it skips the real plugin;
 - a pod on a simulated node that is being deleted is removed with a zero grace period once "stopped"
   (the kubelet's part); the plugin's own pod re-enumerates the GPU first (``DraPublisher.restart``).
 
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from capi_gpu import domain
-from capi_gpu.kube import NAMESPACES, PODS, Conflict, Kube, KubeError, Obj
+from capi_gpu.kube import NAMESPACES, PODS, Conflict, Kube, KubeError, Obj, Res
 from capi_gpu.sim import dra_publisher
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PLUGIN_NAMESPACE = "nvidia-dra-driver-gpu"
+PLUGIN_DAEMONSET = "nvidia-dra-driver-gpu-kubelet-plugin"
+DAEMONSETS = Res("apps", "v1", "daemonsets")
 PLUGIN_LABELS = {
     "app.kubernetes.io/name": "dra-driver-nvidia-gpu",
     "app.kubernetes.io/component": "kubelet-plugin",
@@ -43,24 +47,42 @@ PLUGIN_LABELS = {
 PLUGIN_SELECTOR = ",".join(f"{k}={v}" for k, v in PLUGIN_LABELS.items())
 
 
-def plugin_pod(node: str) -> Obj:
-    """The kubelet plugin pod the chart's DaemonSet would run on ``node`` (nothing runs it here)."""
+def _pod_spec() -> dict[str, Any]:
+    return {
+        "tolerations": [
+            {"key": domain.NODE_STARTUP_TAINT, "operator": "Exists"},
+            {"key": domain.NVIDIA_GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+        ],
+        "containers": [{"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"}],
+    }
+
+
+def plugin_daemonset() -> Obj:
+    """The chart's kubelet plugin DaemonSet, as the owner of its pods (no DaemonSet controller runs here)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": PLUGIN_DAEMONSET, "namespace": PLUGIN_NAMESPACE, "labels": dict(PLUGIN_LABELS)},
+        "spec": {
+            "selector": {"matchLabels": dict(PLUGIN_LABELS)},
+            "template": {"metadata": {"labels": dict(PLUGIN_LABELS)}, "spec": _pod_spec()},
+        },
+    }
+
+
+def plugin_pod(node: str, daemonset_uid: str) -> Obj:
+    """The kubelet plugin pod the DaemonSet would run on ``node`` (nothing runs it here)."""
+    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": PLUGIN_DAEMONSET, "uid": daemonset_uid}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": "nvidia-dra-driver-gpu-kubelet-plugin-",
+            "generateName": f"{PLUGIN_DAEMONSET}-",
             "namespace": PLUGIN_NAMESPACE,
             "labels": dict(PLUGIN_LABELS),
+            "ownerReferences": [{**owner, "controller": True}],
         },
-        "spec": {
-            "nodeName": node,
-            "tolerations": [
-                {"key": domain.NODE_STARTUP_TAINT, "operator": "Exists"},
-                {"key": domain.NVIDIA_GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-            ],
-            "containers": [{"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"}],
-        },
+        "spec": {"nodeName": node, **_pod_spec()},
     }
 
 
@@ -76,7 +98,7 @@ class NodePods:
         self.confirmed: list[str] = []
         """``namespace/name`` of every pod whose deletion was confirmed, in order."""
         self.errors: list[str] = []
-        self._namespace_made = False
+        self._daemonset_uid: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-node-pods", daemon=True)
 
@@ -122,11 +144,7 @@ class NodePods:
         self.confirmed.append(f"{meta['namespace']}/{meta['name']}")
 
     def _ensure_plugin_pods(self, publishing: dict[str, SimKubelet]) -> None:
-        if not self._namespace_made:
-            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}}
-            with contextlib.suppress(Conflict):
-                self.kube.create(NAMESPACES, namespace)
-            self._namespace_made = True
+        uid = self._daemonset_uid or self._ensure_daemonset()
         running = {
             (p.get("spec") or {}).get("nodeName")
             for p in self.kube.list(PODS, PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR)
@@ -135,8 +153,17 @@ class NodePods:
         for node in publishing:
             if node in running:
                 continue
-            created = self.kube.create(PODS, plugin_pod(node), PLUGIN_NAMESPACE)
+            created = self.kube.create(PODS, plugin_pod(node, uid), PLUGIN_NAMESPACE)
             self.kube.patch(PODS, created["metadata"]["name"], _running(), PLUGIN_NAMESPACE, sub="status")
+
+    def _ensure_daemonset(self) -> str:
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}}
+        with contextlib.suppress(Conflict):
+            self.kube.create(NAMESPACES, namespace)
+        with contextlib.suppress(Conflict):
+            self.kube.create(DAEMONSETS, plugin_daemonset(), PLUGIN_NAMESPACE)
+        self._daemonset_uid = str(self.kube.get(DAEMONSETS, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE)["metadata"]["uid"])
+        return self._daemonset_uid
 
 
 def _is_plugin(pod: Obj) -> bool:

@@ -32,7 +32,7 @@ from capi_gpu.kube import (
     Res,
     ours,
 )
-from capi_gpu.sim import aptrepo, binaries, controlplane_object, identity, templates
+from capi_gpu.sim import aptrepo, binaries, controlplane_object, identity, node_pods, templates
 from capi_gpu.sim.controlplane import ControlPlane, Options
 from capi_gpu.sim.fleet import Fleet, FleetConfig
 from capi_gpu.sim.hosts import cgroups, keys
@@ -92,6 +92,7 @@ class World:
         self.started = time.monotonic()
         self.operator_starts = 0
         self.operator_kubeconfig: Path | None = None  # set when the operator runs as its ServiceAccount
+        self.node_pods: node_pods.NodePods | None = None
 
     @property
     def k(self) -> Kube:
@@ -111,6 +112,9 @@ class World:
             self.repo = repo
             self.fleet = Fleet(FleetConfig(hosts=cfg.hosts, apt_repo=repo), robot=self.robot).start()
             self.fleet.attach_workload(self.kube)
+            # The NVIDIA plugin's pod and the kubelet's side of pod deletion (relayout, drains, evictions).
+            fleet = self.fleet
+            self.node_pods = node_pods.NodePods(self.cp.kube(), lambda: list(fleet.kubelets.values())).start()
             self._namespace_and_secrets()
             self._dra_classes()
             self.register_hosts()
@@ -352,6 +356,9 @@ class World:
         with contextlib.suppress(Exception):
             self.dump()
         self.kill_operator(15)
+        if self.node_pods is not None:
+            self.node_pods.stop()
+            self.node_pods.kube.close()
         if self.fleet is not None:
             self.fleet.close()
         if self.robot is not None:

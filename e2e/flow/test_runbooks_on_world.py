@@ -25,7 +25,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ import pytest
 
 from capi_gpu import domain
 from capi_gpu.kube import NODES, PODS, Kube, ours
-from capi_gpu.sim import binaries, devflow, node_pods
+from capi_gpu.sim import binaries, devflow
 from capi_gpu.sim.hosts.keys import md5_fingerprint
 from capi_gpu.sim.world import World, wait_for
 
@@ -116,56 +116,46 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(world_factory: Callable[..., World], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(world_factory: Callable[..., World], tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     world = world_factory(hosts=2)
-    assert world.fleet is not None and world.robot is not None
-    pods = node_pods.NodePods(world.cp.kube(), lambda: list(world.fleet.kubelets.values()) if world.fleet else [])
-    pods.start()
-    try:
-        world.scale(1)
-        ns = world.config.namespace
+    # The world runs the NVIDIA plugin's pod on each GPU node and confirms pod deletions (sim/node_pods.py):
+    # relayout restarts the one and drains through the other.
+    assert world.fleet is not None and world.robot is not None and world.node_pods is not None
+    world.scale(1)
+    ns = world.config.namespace
 
-        def gpu_node() -> str | None:
-            for h in world.hosts():
-                name = h["metadata"]["name"]
-                node = world.k.get_or_none(NODES, name)
-                ready = next(
-                    (c for c in (node or {}).get("status", {}).get("conditions", []) if c["type"] == "GPUReady"), {}
-                )
-                if h["spec"].get("consumerRef") and ready.get("status") == "True":
-                    return str(name)
-            return None
+    def gpu_node() -> str | None:
+        for h in world.hosts():
+            name = h["metadata"]["name"]
+            node = world.k.get_or_none(NODES, name)
+            ready = next(
+                (c for c in (node or {}).get("status", {}).get("conditions", []) if c["type"] == "GPUReady"), {}
+            )
+            if h["spec"].get("consumerRef") and ready.get("status") == "True":
+                return str(name)
+        return None
 
-        node = wait_for("a GPU-ready node", gpu_node, timeout=480, interval=1.0)
-        hosts = {h["metadata"]["name"]: h for h in world.hosts()}
-        free = next(name for name, h in hosts.items() if not h["spec"].get("consumerRef"))
-        work = tmp_path_factory.mktemp("runbook-work")
-        path = os.pathsep.join([str(Path(sys.executable).parent), str(binaries.ensure_built().kubectl.parent),
-                                os.environ.get("PATH", "")])  # fmt: skip
-        env = {
-            **os.environ,
-            "PATH": path,
-            "KUBECONFIG": str(world.cp.kubeconfig),
-            "NS": ns,
-            "HOSTS_NS": ns,
-            "CLUSTER": world.config.cluster,
-            "NODE": node,
-            "HOST": node,
-            "WORK": str(work),
-            "PLAYBOOK_VARS": str(world.playbook_vars_file()),
-            "ROBOT_URL": world.robot.url,
-            "REPO": str(REPO),
-        }
-        yield Fleet(
-            world,
-            node,
-            int(hosts[node]["spec"]["serverNumber"]),
-            free,
-            int(hosts[free]["spec"]["serverNumber"]),
-            env,
-        )
-    finally:
-        pods.stop()
+    node = wait_for("a GPU-ready node", gpu_node, timeout=480, interval=1.0)
+    hosts = {h["metadata"]["name"]: h for h in world.hosts()}
+    free = next(name for name, h in hosts.items() if not h["spec"].get("consumerRef"))
+    path = os.pathsep.join([str(Path(sys.executable).parent), str(binaries.ensure_built().kubectl.parent),
+                            os.environ.get("PATH", "")])  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": path,
+        "KUBECONFIG": str(world.cp.kubeconfig),
+        "NS": ns,
+        "HOSTS_NS": ns,
+        "CLUSTER": world.config.cluster,
+        "NODE": node,
+        "HOST": node,
+        "WORK": str(tmp_path_factory.mktemp("runbook-work")),
+        "PLAYBOOK_VARS": str(world.playbook_vars_file()),
+        "ROBOT_URL": world.robot.url,
+        "REPO": str(REPO),
+    }
+    servers = {name: int(h["spec"]["serverNumber"]) for name, h in hosts.items()}
+    return Fleet(world, node, servers[node], free, servers[free], env)
 
 
 def test_node_never_gpu_ready(fleet: Fleet) -> None:
@@ -243,6 +233,7 @@ def test_relayout_a_gpu(fleet: Fleet) -> None:
     assert re.search(r"\b1 pods? would be evicted", fleet.run("relayout-preview"))
     out = fleet.run("relayout", timeout=600)
     assert "restart DRA plugin pod" in out and "applied and verified" in out
+    assert fleet.world.node_pods is not None and fleet.world.node_pods.restarts[fleet.node] == 1
     # The tenant's pod held a device of the old layout: the NoExecute rule evicted it.
     assert fleet.k.get_or_none(PODS, f"{TENANT}-job", TENANT) is None
     verify = fleet.run("relayout-verify")

@@ -1,6 +1,7 @@
-"""The simulated nodes' pods on the real apiserver: one NVIDIA plugin pod per publishing node (recreated when
-gone, with the label `capi-gpu nodes relayout` selects by default), deleting it re-enumerates the GPU, and
-a deleted pod bound to a simulated node is confirmed gone instead of staying Terminating."""
+"""The simulated nodes' pods on the real apiserver: one NVIDIA plugin pod per publishing node (owned by an
+existing DaemonSet, recreated when gone, with the label `capi-gpu nodes relayout` selects by default),
+deleting it re-enumerates the GPU, and a deleted pod bound to a simulated node is confirmed gone instead of
+staying Terminating."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def _plugin_pods(kube: Kube, node: str) -> list[dict[str, Any]]:
     return [
         p
         for p in kube.list(PODS, node_pods.PLUGIN_NAMESPACE, label_selector=node_pods.PLUGIN_SELECTOR)
-        if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
+        if p["spec"].get("nodeName") == node
+        and not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") == "Running"
     ]
 
 
@@ -64,16 +67,19 @@ def test_plugin_pod_is_kept_and_its_deletion_re_enumerates(kube: Kube, node: str
     kubelet = FakeKubelet(node)
     pods = node_pods.NodePods(kube, lambda: [kubelet], poll_s=0.1).start()
     try:
-        first = _until("the plugin pod", lambda: _plugin_pods(kube, node))[0]
-        assert first["status"]["phase"] == "Running"
+        first = _until("the plugin pod, Running", lambda: _plugin_pods(kube, node))[0]
+        # Owned by a DaemonSet that exists (so drains skip it, and the garbage collector keeps it).
+        owner = first["metadata"]["ownerReferences"][0]
+        daemonset = kube.get(node_pods.DAEMONSETS, owner["name"], node_pods.PLUGIN_NAMESPACE)
+        assert (owner["kind"], owner["uid"]) == ("DaemonSet", daemonset["metadata"]["uid"])
         # The label the relayout command restarts by, so the default selector finds it.
         assert Relayout.plugin_selector.split("=") in [list(kv) for kv in node_pods.PLUGIN_LABELS.items()]
         kube.delete(PODS, first["metadata"]["name"], node_pods.PLUGIN_NAMESPACE)  # as relayout does
         second = _until(
-            "a new plugin pod",
+            "a new plugin pod, Running",
             lambda: [p for p in _plugin_pods(kube, node) if p["metadata"]["name"] != first["metadata"]["name"]],
         )[0]
-        assert second["status"]["phase"] == "Running"
+        assert second["metadata"]["ownerReferences"] == first["metadata"]["ownerReferences"]
         assert kubelet.publisher is not None and kubelet.publisher.restarts == 1
         assert pods.restarts[node] == 1
     finally:
