@@ -79,6 +79,17 @@ def events(world: World, name: str | None = None, kind: str | None = None) -> li
     return out
 
 
+def wait_event(world: World, name: str, reason: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The Events ``reason`` on object ``name``, once there is one (kopf posts Events in the background, so
+    one can land a moment after the status write that caused it)."""
+    return until(
+        f"a {reason} Event on {name}",
+        lambda: [e for e in events(world, name) if e.get("reason") == reason],
+        timeout,
+        world,
+    )
+
+
 # --- the Robot simulator's request log ------------------------------------------------------------
 
 

@@ -23,7 +23,6 @@ from fault_kit import (
     claimed_host,
     condition,
     converged,
-    events,
     gpu_machines,
     host_name,
     ops,
@@ -31,6 +30,7 @@ from fault_kit import (
     robot_log,
     status,
     until,
+    wait_event,
 )
 
 from capi_gpu import domain
@@ -180,8 +180,8 @@ def test_an_ansible_task_failure_names_the_role_and_task_and_resets_nothing(host
     assert "nvidia_driver: Check the loaded driver branch" in message and "550.163.01" in message, message
     ready = condition({"status": failed}, "Ready")
     assert ready is not None and ready["reason"] == "HostError" and "Check the loaded driver branch" in ready["message"]
-    warned = [e for e in events(world, host_name(number)) if e.get("reason") == "AnsibleFailed"]
-    assert warned and "nvidia_driver: Check the loaded driver branch" in warned[0]["message"], warned
+    warned = wait_event(world, host_name(number), "AnsibleFailed")
+    assert "nvidia_driver: Check the loaded driver branch" in warned[0]["message"], warned
     assert warned[0]["type"] == "Warning"
     assert not failed.get("errorPermanent"), "a retryable failure was made permanent at once"
     hgm = next(m for m in gpu_machines(world) if claimed_host(world, m["metadata"]["name"]) == number)

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from fault_kit import (
     claimed_host,
-    events,
     gpu_machines,
     host_name,
     ops,
@@ -24,6 +23,7 @@ from fault_kit import (
     robot_log,
     status,
     until,
+    wait_event,
 )
 
 from capi_gpu.kube import CAPI_MHCS
@@ -60,8 +60,8 @@ def test_a_rescue_system_with_a_key_robot_did_not_report_is_refused_before_any_l
     refused = until("the impostor rescue refused", lambda: _mismatch(world, IMPOSTOR), 90, world)
     assert refused["state"] == "Error" and refused["errorPermanent"] is True, refused
     assert "is not the pinned one" in str(refused["errorMessage"]), refused["errorMessage"]
-    warned = [e for e in events(world, host_name(IMPOSTOR)) if e.get("reason") == "HostKeyMismatch"]
-    assert warned and warned[0]["type"] == "Warning", warned
+    warned = wait_event(world, host_name(IMPOSTOR), "HostKeyMismatch")
+    assert warned[0]["type"] == "Warning", warned
     # The host did boot the rescue system (the reset was real), and its sshd never saw a login attempt.
     rescue_boot = host.boot_count()
     assert rescue_boot == 2 and host.boots[-1].running.value == "rescue", host.boots
