@@ -109,7 +109,8 @@ class HetznerGPUClusterStatus(KubeModel):
     failure_domains: Annotated[list[FailureDomain], Field(max_length=100, json_schema_extra=list_map("name"))] = []
     """Failure domains."""
     credentials_hash: str | None = None
-    """Digest of the credentials Secret last used; a change closes an open Robot circuit."""
+    """Version of the credentials Secret the conditions were computed from (its uid and resourceVersion).
+    Never derived from the Secret's content: a hash of a password in status would be an offline oracle."""
     conditions: Conditions = []
     """Ready, RobotCredentialsValid, LoadBalancerReady."""
 

@@ -9,7 +9,6 @@ of the account until the Secret changes: three failed logins would block the ope
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -17,7 +16,7 @@ from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.cluster import APIEndpoint, FailureDomain, HetznerGPUCluster
 from capi_gpu.controllers import events, loops
-from capi_gpu.controllers.deps import AccessError, Deps, secret_value
+from capi_gpu.controllers.deps import AccessError, Deps, secret_value, secret_version
 from capi_gpu.hetzner import cloud
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, ours
@@ -34,7 +33,7 @@ async def _credentials(deps: Deps, hgc: HetznerGPUCluster, ns: str) -> tuple[boo
     except AccessError as exc:
         return False, exc.reason, str(exc), None
     secret = await deps.kube.get(SECRETS, ref.name, ns)
-    digest = hashlib.sha256(repr(sorted((secret.get("data") or {}).items())).encode()).hexdigest()[:16]
+    digest = secret_version(secret)
     if robot.account.circuit_open:
         return (
             False,

@@ -66,6 +66,12 @@ class SecretCache:
             return secret
 
 
+def secret_version(secret: Obj) -> str:
+    """Which version of a Secret this is, without a thing derived from its content."""
+    meta = secret.get("metadata") or {}
+    return f"{meta.get('uid', '')}/{meta.get('resourceVersion', '')}"
+
+
 @dataclass
 class RobotClients:
     """One RobotClient per credentials Secret version; a changed Secret closes an open circuit.
