@@ -14,10 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from capi_gpu.api import conditions
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.hetzner.robot import RobotClient
-from capi_gpu.kube import SECRETS, AsyncKube, Obj
+from capi_gpu.kube import SECRETS, AsyncKube, Obj, ours
 from capi_gpu.provisioning import ansible, ssh
+
+CLUSTERS = ours("hetznergpuclusters")
 
 
 class AccessError(Exception):
@@ -66,6 +69,18 @@ class SecretCache:
             return secret
 
 
+async def _rejected_before(kube: AsyncKube, namespace: str, secret_name: str, version: str) -> str | None:
+    """The HetznerGPUCluster whose status says Robot rejected exactly this version of the Secret, if any."""
+    for hgc in await kube.list(CLUSTERS, namespace):
+        status = hgc.get("status") or {}
+        uses = ((hgc.get("spec") or {}).get("robotCredentials") or {}).get("name") == secret_name
+        reasons = {c.get("type"): c.get("reason") for c in status.get("conditions") or []}
+        rejected = reasons.get(conditions.Type.ROBOT_CREDENTIALS_VALID) == conditions.Reason.CREDENTIALS_REJECTED
+        if uses and rejected and status.get("credentialsHash") == version:
+            return str(hgc["metadata"]["name"])
+    return None
+
+
 def secret_version(secret: Obj) -> str:
     """Which version of a Secret this is, without a thing derived from its content."""
     meta = secret.get("metadata") or {}
@@ -105,6 +120,14 @@ class RobotClients:
         if cached is not None or client.account.circuit_open:
             # The Secret changed: close a circuit a 401 opened (it stays open for the same credentials).
             client.account.reset_credentials(client.credentials_fingerprint)
+        elif (rejected := await _rejected_before(kube, namespace, secret_name, secret_version(secret))) is not None:
+            # A 401 this process never saw: an earlier operator process had this very Secret version rejected
+            # (the circuit lives in memory). Trying again would spend one of the three logins that block the IP.
+            client.account.circuit.trip(
+                client.credentials_fingerprint,
+                f"Robot rejected this version of Secret {secret_name} before the operator restarted "
+                f"(HetznerGPUCluster {rejected}); no Robot call until the Secret changes",
+            )
         self._clients[key] = (fingerprint, client)
         return client
 
