@@ -2,7 +2,8 @@
 world: a 5xx rate with added latency, tight per-endpoint limits answered 403 RATE_LIMIT_EXCEEDED, and a
 wrong password in the credentials Secret. Each ends with the hosts converged and the request log checked:
 no reset or activation performed twice, a 403's interval waited out, and after a 401 not one more login
-(never the three that block the IP), the HetznerGPUCluster saying why, and a fixed Secret resuming."""
+(never the three that block the IP), not even from an operator restarted meanwhile, the HetznerGPUCluster
+saying why, and a fixed Secret resuming."""
 
 from __future__ import annotations
 
@@ -128,6 +129,19 @@ def test_401_stops_every_call_after_one_failed_login_and_a_fixed_secret_resumes(
     assert not [e for e in robot_log(world, settle_from) if e.user is None or e.status == 401], "a call after the 401"
     assert not [e for e in robot_log(world, since) if e.code == "BLOCKED"]
     assert status(world, number).get("state") in ("Registering", "Inspecting"), status(world, number)
+
+    # The operator restarts (a crash, a rollout) while the Secret is still wrong: the circuit lived in the old
+    # process's memory, the HetznerGPUCluster's status tells the new one, and it sends nothing either.
+    world.kill_operator(9)
+    world.start_operator()
+    log = world.config.state_dir / f"operator-{world.operator_starts}.log"
+    until(
+        "the restarted operator to hold the new host back",
+        lambda: any(m in log.read_text(errors="replace") for m in ("RobotCircuitOpen", "all Robot calls stopped")),
+        60,
+        world,
+    )
+    assert len(logins_refused(world, since)) == 1, [(e.method, e.path) for e in logins_refused(world, since)]
 
     _set_password(world, good)
     until("the new host inspected after the Secret was fixed", lambda: _inspected(world, [number]), 150, world)
