@@ -94,6 +94,7 @@ class RobotSim:
         self.new_server_hook: robot_hooks.NewServerHook = new_server_hook or NullHook()
         self.hook_errors: list[str] = []
         self._random = random.Random(seed)
+        self._admitted = 0  # authenticated requests within their limits, for SimFaults.error_every
         self._limiter = robot_limits.RateLimiter()
         self._logins = robot_limits.LoginGuard()
         self._log: list[LogEntry] = []
@@ -345,7 +346,11 @@ class RobotSim:
                 interval=max(1, math.ceil(self.clock.real_seconds(endpoint.window_s))),
             )
             return done(_json_answer(403, limited.body), endpoint.name, limited.code, user)
-        if self.faults.error_rate and self._random.random() < self.faults.error_rate:
+        self._admitted += 1
+        every = self.faults.error_every
+        if (every and self._admitted % every == 0) or (
+            self.faults.error_rate and self._random.random() < self.faults.error_rate
+        ):
             failed = ApiError(500, "INTERNAL_ERROR", "internal error")
             return done(_json_answer(500, failed.body), endpoint.name, failed.code, user)
         form = Form(parse_qs(body.decode(errors="replace"), keep_blank_values=True))

@@ -167,6 +167,8 @@ class SimFaults(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     error_rate: float = Field(0.0, ge=0.0, le=1.0)  # share of authenticated requests answered 500
+    # Every Nth authenticated request answered 500: a rate that bites for sure in a test with few requests.
+    error_every: int = Field(0, ge=0)
     latency_s: float = Field(0.0, ge=0.0, le=30.0)  # real seconds added to every answer
     maintenance: bool = False  # every Robot request answered 503
     never_boot: list[int] = Field(default_factory=list)  # servers whose resets hang (BootKind.HUNG)

@@ -56,12 +56,12 @@ def test_5xx_and_latency_hosts_still_inspected_once_each(robot_world: World) -> 
     world = robot_world
     assert world.robot is not None
     since = len(robot_log(world))
-    world.robot.set_faults(error_rate=0.25, latency_s=0.25)
+    world.robot.set_faults(error_every=4, latency_s=0.25)
     try:
         numbers = [world.add_host(), world.add_host()]
         until("both hosts inspected despite 5xx and latency", lambda: _inspected(world, numbers), 240, world)
     finally:
-        world.robot.set_faults(error_rate=0.0, latency_s=0.0)
+        world.robot.set_faults(error_every=0, latency_s=0.0)
     log = robot_log(world, since)
     failed = [e for e in log if e.status == 500]
     assert failed, "the fault never bit: no 500 in the log"

@@ -63,6 +63,15 @@ def test_error_rate_over_http(sim: RobotSim, http: httpx.Client) -> None:
     assert set(statuses) == {200, 500}
 
 
+def test_error_every_nth_request(sim: RobotSim, http: httpx.Client) -> None:
+    assert httpx.post(f"{sim.url}/_sim/faults", json={"error_every": 3}).status_code == 200
+    statuses = [http.get("/server/321").status_code for _ in range(9)]
+    sim.set_faults(error_every=0)
+    assert statuses.count(500) == 3
+    assert statuses.count(200) == 6
+    assert http.get("/server/321").status_code == 200
+
+
 def test_maintenance_and_latency(sim: RobotSim, http: httpx.Client) -> None:
     httpx.post(f"{sim.url}/_sim/faults", json={"maintenance": True})
     down = http.get("/server")
@@ -74,6 +83,7 @@ def test_maintenance_and_latency(sim: RobotSim, http: httpx.Client) -> None:
     assert time.monotonic() - started >= 0.2
     assert httpx.get(f"{sim.url}/_sim/faults").json() == {
         "error_rate": 0.0,
+        "error_every": 0,
         "latency_s": 0.2,
         "maintenance": False,
         "never_boot": [],
