@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     def make_deps() -> Deps:
         kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig))
-        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.provisioning_limit)
+        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir)
         return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings))
 
     registry = kopf.OperatorRegistry()
