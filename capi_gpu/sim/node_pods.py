@@ -145,10 +145,11 @@ class NodePods:
 
     def _ensure_plugin_pods(self, publishing: dict[str, SimKubelet]) -> None:
         uid = self._daemonset_uid or self._ensure_daemonset()
+        # A terminating pod still holds its node: the new one starts only after the old one's deletion was
+        # confirmed (and the GPU re-enumerated), never beside it, so "new pod Running" implies "restarted".
         running = {
             (p.get("spec") or {}).get("nodeName")
             for p in self.kube.list(PODS, PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR)
-            if not p["metadata"].get("deletionTimestamp")
         }
         for node in publishing:
             if node in running:
