@@ -215,9 +215,25 @@ def run_phase(world: World, traces: list[Trace], replicas: int, pin_now: bool, t
         observer.close()
     result = analyse(world, traces, t0, clocks)
     result["hosts"], result["completed"] = len(traces), finished
+    result["errors"] = host_errors(world, by_name)
     result["robot_calls"] = len(world.robot.log) - calls
     result["wall_s"] = round(time.monotonic() - t0, 1)
     return result
+
+
+def host_errors(world: World, names: dict[str, Trace]) -> dict[str, Any]:
+    """The last error each traced host recorded, also one it recovered from (a size that did not finish
+    says why, not only "none ready")."""
+    types: dict[str, int] = {}
+    last: dict[str, str] = {}
+    for h in world.hosts():
+        status = h.get("status") or {}
+        if h["metadata"]["name"] not in names or not status.get("errorType"):
+            continue
+        kind = str(status["errorType"]) + (" (permanent)" if status.get("errorPermanent") else "")
+        types[kind] = types.get(kind, 0) + 1
+        last[kind] = str(status.get("errorMessage") or "")[:200]
+    return {"by_type": types, "last_message": last}
 
 
 def mem_available_mb() -> float:
@@ -351,6 +367,8 @@ def print_table(r: dict[str, Any]) -> None:
     if r["standby"]:
         rows.append((f"sb {r['standby']['hosts']}", r["standby"]))
     for label, s in rows:
+        if s.get("errors", {}).get("by_type"):
+            print(f"{label:>9}   host errors: {s['errors']['by_type']}")
         if "not_run" in s or not s.get("ready"):
             print(f"{label:>9}   not run: {s['not_run']}" if "not_run" in s else f"{label:>9}   none ready in time")
             continue
@@ -377,13 +395,18 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")
     parser.add_argument("--compression", type=float, default=600.0)
     parser.add_argument("--timing-scale", type=float, default=60.0)
+    parser.add_argument("--keep", type=Path, default=None, help="state directory to keep (default: a temporary one)")
     args = parser.parse_args()
     args.sizes = [int(x) for x in args.hosts.split(",") if x.strip()]
     args.loadavg = os.getloadavg()[0]
     if os.geteuid() != 0:
         raise SystemExit("the simulated fleet needs root (namespaces, cgroups, mounts)")
-    with tempfile.TemporaryDirectory(prefix="capi-gpu-scaleup-bench-") as tmp:
-        result = measure(args, Path(tmp))
+    if args.keep is not None:  # the operator's log, Ansible artifacts and the hosts' journals, to read after
+        args.keep.mkdir(parents=True, exist_ok=True)
+        result = measure(args, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="capi-gpu-scaleup-bench-") as tmp:
+            result = measure(args, Path(tmp))
     print(json.dumps(result, separators=(",", ":")))
     print_table(result)
 

@@ -100,3 +100,13 @@ def test_every_action_kind_has_an_outcome_path() -> None:
         h = with_keys(host(P, Step.CONFIGURE))
         d = outcomes.apply_result(context(h, Observations(claimed=True)), Action(kind), ActionResult.ok())
         assert d.status is not None
+
+
+def test_scaled_timing_compresses_waits_not_the_hosts_work() -> None:
+    base, fast = Timing(), Timing().scaled(60)
+    assert (fast.ssh_reboot, fast.reset_hw, fast.poll, fast.error_backoff_base) == (8.0, 10.0, base.poll / 60, 1.0)
+    # installimage and cloud-init run at this machine's speed in the simulator: a busy host is not a failed one.
+    assert (fast.install, fast.bootstrap) == (base.install, base.bootstrap)
+    assert (fast.max_retries, fast.max_mig_reboots) == (base.max_retries, base.max_mig_reboots)
+    with pytest.raises(ValueError):
+        base.scaled(0)
