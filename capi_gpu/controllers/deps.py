@@ -18,7 +18,7 @@ from capi_gpu.api import conditions
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.hetzner.robot import RobotClient
 from capi_gpu.kube import SECRETS, AsyncKube, Obj, ours
-from capi_gpu.provisioning import ansible, ssh
+from capi_gpu.provisioning import ansible, hostkeys, ssh
 
 CLUSTERS = ours("hetznergpuclusters")
 
@@ -174,3 +174,6 @@ class Deps:
     shell_factory: Callable[[ssh.Endpoint, ssh.Credentials], ssh.HostShell] = ssh.ParamikoShell
     provisioning: set[tuple[str, str]] = field(default_factory=set)
     """Hosts currently inspecting/provisioning (for the global limit)."""
+    os_keys: dict[tuple[str, str], tuple[str, hostkeys.HostKeyPair]] = field(default_factory=dict)
+    """Each host's OS host key pair by (namespace, name), with the host's uid: written once and never
+    changed, so a pass reads its Secret only the first time (bench/scale.py: one GET per host per resync)."""

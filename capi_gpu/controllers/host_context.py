@@ -70,15 +70,21 @@ async def load_ssh(deps: Deps, namespace: str, secret_name: str) -> tuple[str, s
 
 async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) -> hostkeys.HostKeyPair:
     """The host's OS host key pair, generated once and kept in ``<host>-os-hostkey`` (owned by the host)."""
+    meta = host.metadata
+    key, uid = (namespace, str(meta["name"])), str(meta.get("uid", ""))
+    cached = deps.os_keys.get(key)
+    if cached is not None and cached[0] == uid:
+        return cached[1]
     name = f"{hostname(host)}{domain.OS_HOSTKEY_SECRET_SUFFIX}"
     secret = await deps.kube.get_or_none(SECRETS, name, namespace)
     if secret is not None:
-        return hostkeys.HostKeyPair(
+        pair = hostkeys.HostKeyPair(
             secret_value(secret, "ssh-host-privatekey", "OS host key"),
             secret_value(secret, "ssh-host-publickey", "OS host key"),
         )
+        deps.os_keys[key] = (uid, pair)
+        return pair
     pair = hostkeys.generate(comment=hostname(host))
-    meta = host.metadata
     await deps.kube.create(
         SECRETS,
         {
@@ -102,6 +108,7 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
         },
         namespace,
     )
+    deps.os_keys[key] = (uid, pair)
     return pair
 
 

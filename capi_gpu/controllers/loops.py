@@ -46,3 +46,4 @@ async def run(kind: str, reconcile: Reconcile, deps: Deps, namespace: str, name:
     finally:
         deps.wakeups.forget(kind, namespace, name)
         deps.provisioning.discard((namespace, name))
+        deps.os_keys.pop((namespace, name), None)

@@ -1,17 +1,21 @@
 """Idle costs of the per-object loops: the fleet-shared Secrets are read once per TTL (concurrent misses
-share the read, absence is cached too, a change shows after the TTL); a wake-up that arrives during a
+share the read, absence is cached too, a change shows after the TTL); each host's OS host key Secret is
+read once per process; a wake-up that arrives during a
 pass starts the next pass at once; a machine whose owner appeared is woken by its own event (an event
 handler on our kind)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
 import kopf
 
+from capi_gpu import domain
 from capi_gpu.api import conditions as c
-from capi_gpu.controllers import handlers, loops, machine_loop
+from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec
+from capi_gpu.controllers import handlers, host_context, loops, machine_loop
 from capi_gpu.controllers.deps import Deps, RobotClients, SecretCache
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import Obj, Res
@@ -115,3 +119,31 @@ def test_machine_owner_event_is_registered() -> None:
     handlers.register(registry, Settings(), no_deps)
     watchers = {h.id: str(h.selector.any_name) for h in registry._watching.get_all_handlers()}
     assert watchers["machine-owner"] == "hetznergpumachines"
+
+
+class OSKeyKube(CountingKube):
+    """get_or_none counted (CountingKube) and create recording the Secret, as ensure_os_hostkey uses them."""
+
+    async def create(self, res: Res, body: Obj, namespace: str | None = None) -> Obj:
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in body["stringData"].items()}
+        self.secrets[body["metadata"]["name"]] = {"metadata": body["metadata"], "data": data}
+        return body
+
+
+async def test_the_os_host_key_secret_is_read_once_per_host() -> None:
+    kube = OSKeyKube({})
+    deps = Deps(kube, Settings(), None, RobotClients(Settings()))  # type: ignore[arg-type]
+    host = HetznerGPUHost(metadata={"name": "gex-a", "uid": "u1"}, spec=HetznerGPUHostSpec(server_number=1))
+    made = await host_context.ensure_os_hostkey(deps, host, "ns")  # generated and stored: one miss
+    again = [await host_context.ensure_os_hostkey(deps, host, "ns") for _ in range(5)]
+    assert kube.reads == 1 and all(k == made for k in again)
+    # A new operator process reads it back from the Secret, once.
+    fresh = Deps(kube, Settings(), None, RobotClients(Settings()))  # type: ignore[arg-type]
+    assert await host_context.ensure_os_hostkey(fresh, host, "ns") == made
+    await host_context.ensure_os_hostkey(fresh, host, "ns")
+    assert kube.reads == 2
+    # A host recreated under the same name (another uid) is not handed the old host's key from memory.
+    del kube.secrets["gex-a" + domain.OS_HOSTKEY_SECRET_SUFFIX]
+    other = HetznerGPUHost(metadata={"name": "gex-a", "uid": "u2"}, spec=HetznerGPUHostSpec(server_number=1))
+    assert await host_context.ensure_os_hostkey(fresh, other, "ns") != made
+    assert kube.reads == 3
