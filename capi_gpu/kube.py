@@ -124,9 +124,11 @@ class Kube:
         self._api = api_client
 
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> Kube:
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, pool_size: int | None = None) -> Kube:
         cfg = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+        if pool_size is not None:
+            cfg.connection_pool_maxsize = pool_size
         return cls(kubernetes.client.ApiClient(cfg))
 
     @classmethod
@@ -141,15 +143,18 @@ class Kube:
         return cls(kubernetes.client.ApiClient(cfg))
 
     @classmethod
-    def in_cluster_or_kubeconfig(cls, path: str | None = None) -> Kube:
+    def in_cluster_or_kubeconfig(cls, path: str | None = None, pool_size: int | None = None) -> Kube:
+        """``pool_size`` as for ``from_kubeconfig_dict``."""
         if path:
-            return cls.from_kubeconfig(path)
+            return cls.from_kubeconfig(path, pool_size=pool_size)
         try:
             cfg = kubernetes.client.Configuration()
             kubernetes.config.load_incluster_config(client_configuration=cfg)
+            if pool_size is not None:
+                cfg.connection_pool_maxsize = pool_size
             return cls(kubernetes.client.ApiClient(cfg))
         except kubernetes.config.ConfigException:
-            return cls.from_kubeconfig()
+            return cls.from_kubeconfig(pool_size=pool_size)
 
     @property
     def host(self) -> str:

@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--robot-share", type=float, default=1.0, help="share of the Robot account budget (0-1]")
     p.add_argument("--timing-scale", type=float, default=1.0, help="divide provisioning timeouts (simulator only)")
     p.add_argument("--provisioning-limit", type=int, default=20, help="hosts inspecting/provisioning at once")
+    p.add_argument(
+        "--ansible-parallel", type=int, default=10, help="ansible-playbook runs at once (~100 MiB each); others queue"
+    )
     p.add_argument("--artifacts-dir", type=Path, default=Path("/var/lib/capi-gpu/artifacts"))
     p.add_argument("--playbook-vars", type=Path, help="YAML of PlaybookVars overrides (package mirrors)")
     p.add_argument("--peering", default="", help="kopf peering name for HA (replicas with distinct --priority)")
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         robot_share=args.robot_share,
         timing_scale=args.timing_scale,
         provisioning_limit=args.provisioning_limit,
+        ansible_parallel=args.ansible_parallel,
         artifacts_dir=args.artifacts_dir,
         playbook_overrides=Settings.load_overrides(args.playbook_vars),
         gate=not args.no_gate,
@@ -74,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def make_deps() -> Deps:
-        kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig))
-        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir)
+        # As many kept connections as call threads (and a few for watches): the client's default, 5 per CPU,
+        # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
+        workers = 16
+        kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig, pool_size=workers + 4), workers=workers)
+        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
         return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings))
 
     registry = kopf.OperatorRegistry()

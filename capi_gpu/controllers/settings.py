@@ -26,6 +26,10 @@ class Settings(BaseModel):
     """Divide every provisioning timeout by this (only for time-compressed simulations)."""
     provisioning_limit: Annotated[int, Field(ge=1)] = 20
     """Hosts inspecting/provisioning at once (Metal3's PROVISIONING_LIMIT)."""
+    ansible_parallel: Annotated[int, Field(ge=1)] = 10
+    """ansible-playbook runs at once; a host beyond it waits in Configure, keeping its provisioning slot.
+    Each run is a process of ~100 MiB at peak, mostly waiting on its host; where the hosts' work shares
+    the operator's CPUs (the simulator), more runs than CPUs only make every run finish later."""
     artifacts_dir: Path = Path("/var/lib/capi-gpu/artifacts")
     """Ansible artifacts, kept per host and run."""
     playbook_dir: Path | None = None

@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,6 +122,14 @@ class AnsibleRunner:
     python_interpreter: str = "/usr/bin/python3"
     connection: Literal["ssh", "local"] = "ssh"
     """``local`` only for the runner's own tests (a trivial playbook on the test machine)."""
+    parallel: int = 10
+    """Runs at once (``Settings.ansible_parallel``). Each holds a thread for minutes, so they get their own
+    pool: in the loop's default executor (6 threads on 2 CPUs) six runs starved every other host's SSH step."""
+    _pool: ThreadPoolExecutor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pool = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="ansible")
+        object.__setattr__(self, "_pool", pool)
 
     async def prepare_node(
         self, target: SSHTarget, variables: playbook_vars.PlaybookVars, on_event: EventSink | None = None
@@ -138,7 +147,7 @@ class AnsibleRunner:
             if on_event is not None:
                 loop.call_soon_threadsafe(on_event, event)
 
-        future = loop.run_in_executor(None, self.run_blocking, target, dict(extra_vars), sink, cancel)
+        future = loop.run_in_executor(self._pool, self.run_blocking, target, dict(extra_vars), sink, cancel)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:

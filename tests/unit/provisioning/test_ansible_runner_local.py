@@ -173,3 +173,35 @@ async def test_a_missing_playbook_is_an_error_not_a_success(
     result = await runner.run_playbook(target, demo_vars(tmp_path))
     assert result.status is ansible_events.RunStatus.ERROR
     assert result.failed is not None and result.failed.task == "ansible-playbook"
+
+
+def test_long_runs_do_not_take_the_threads_ssh_steps_need(
+    tmp_path: Path, target: ansible.SSHTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Playbook runs hold a thread for minutes; with them in the loop's default executor, every other
+    host's SSH step (asyncio.to_thread) waited behind them. They have their own pool."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def blocking(*_: Any) -> ansible_events.PlaybookResult:
+        started.release()
+        release.wait(10)
+        raise RuntimeError("released")
+
+    runner = ansible.AnsibleRunner(artifacts_root=tmp_path, parallel=3)
+    monkeypatch.setattr(ansible.AnsibleRunner, "run_blocking", lambda self, *a: blocking(*a))
+
+    async def scenario() -> str:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
+        runs = [asyncio.ensure_future(runner.run_playbook(target, {})) for _ in range(3)]
+        for _ in range(3):  # each run holds a thread of the runner's pool
+            assert await asyncio.to_thread(started.acquire, True, 5), "a run never started"
+        ssh_step = await asyncio.wait_for(asyncio.to_thread(lambda: "ssh step done"), 2)
+        release.set()
+        await asyncio.gather(*runs, return_exceptions=True)
+        return ssh_step
+
+    assert asyncio.run(scenario()) == "ssh step done"
