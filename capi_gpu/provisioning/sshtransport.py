@@ -279,10 +279,9 @@ class Session:
     def run(self, operation: str, command: str, timeout: float | None = None, stdin: bytes | None = None) -> Result:
         """Run ``command`` (never containing secrets); bounded by ``timeout``."""
         ep = self.endpoint
-        t = self.open()
         limit = timeout if timeout is not None else ep.command_timeout_s
+        chan = self._channel(operation)
         try:
-            chan = t.open_session(timeout=ep.connect_timeout_s)
             chan.exec_command(command)
             if stdin is not None:
                 chan.sendall(stdin)
@@ -298,6 +297,22 @@ class Session:
             raise SessionDropped(ep.host, f"{operation}: remote command exited without exit status")
         log.debug("ssh %s: %s exited %d", ep.host, operation, status)
         return Result(status, bytes(out), bytes(err))
+
+    def _channel(self, operation: str) -> paramiko.Channel:
+        """A channel on the cached transport, or on a new one when the cached one died unnoticed: its reader
+        thread may not have seen the peer's reset yet. Nothing ran on the failed open, so one retry is safe."""
+        ep = self.endpoint
+        reused = self.alive
+        for attempt in (1, 2):
+            t = self.open()
+            try:
+                return t.open_session(timeout=ep.connect_timeout_s)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                self.close()
+                if not reused or attempt == 2:
+                    raise SessionDropped(ep.host, f"{operation}: {type(exc).__name__}: {exc}") from exc
+                log.debug("ssh %s: cached session was dead (%s); reconnecting", ep.host, type(exc).__name__)
+        raise AssertionError("unreachable")
 
     def _drain(self, chan: paramiko.Channel, operation: str, limit: float) -> tuple[bytearray, bytearray]:
         out, err = bytearray(), bytearray()

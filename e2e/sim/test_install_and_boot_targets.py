@@ -211,6 +211,28 @@ def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotA
         assert wait_install(again).state is ssh.InstallState.SUCCEEDED
 
 
+def test_a_session_killed_unnoticed_reconnects_once(rescue: Rescue, client_key: keys.KeyPair) -> None:
+    """CI once saw the race: sshd was killed, the client's reader thread had not seen the reset yet, and the
+    next command failed on the stale transport. Pinned here by keeping the dead transport 'active'."""
+    session = sshtransport.Session(
+        ssh.Endpoint(rescue.host.guest_ip, rescue.pin), ssh.Credentials(private_key=client_key.private_openssh)
+    )
+    try:
+        assert session.run("hostname", "hostname").text.strip() == "rescue"
+        stale = session._transport
+        assert stale is not None
+        stale.is_active = lambda: True  # type: ignore[method-assign]
+        assert rescue.host.drop_ssh() >= 1
+        deadline = time.monotonic() + 10
+        while stale.active and time.monotonic() < deadline:  # the reader thread has now seen the reset
+            time.sleep(0.05)
+        assert not stale.active
+        assert session.run("hostname", "hostname").text.strip() == "rescue"
+        assert session._transport is not stale
+    finally:
+        session.close()
+
+
 def test_rescue_inspection_follows_the_hardware_knobs(rescue: Rescue, client_key: keys.KeyPair) -> None:
     host = rescue.host
     with rescue.shell(client_key) as shell:
