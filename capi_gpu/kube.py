@@ -124,35 +124,34 @@ class Kube:
         self._api = api_client
 
     @classmethod
+    def _from_config(cls, cfg: kubernetes.client.Configuration, pool_size: int | None) -> Kube:
+        """``pool_size``: connections kept open (the client's default is 5 per CPU); size it for the
+        callers' threads plus long-running watches, or every surplus request pays a fresh TLS handshake."""
+        if pool_size is not None:
+            cfg.connection_pool_maxsize = pool_size
+        return cls(kubernetes.client.ApiClient(cfg))
+
+    @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None, pool_size: int | None = None) -> Kube:
         cfg = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        if pool_size is not None:
-            cfg.connection_pool_maxsize = pool_size
-        return cls(kubernetes.client.ApiClient(cfg))
+        return cls._from_config(cfg, pool_size)
 
     @classmethod
     def from_kubeconfig_dict(cls, data: Mapping[str, Any], pool_size: int | None = None) -> Kube:
-        """``pool_size``: connections kept open (the client's default is 5 per CPU); size it for the
-        callers' threads plus long-running watches, or every surplus request pays a fresh TLS handshake."""
         cfg = kubernetes.client.Configuration()
         loader = kubernetes.config.kube_config.KubeConfigLoader(config_dict=dict(data))
         loader.load_and_set(cfg)
-        if pool_size is not None:
-            cfg.connection_pool_maxsize = pool_size
-        return cls(kubernetes.client.ApiClient(cfg))
+        return cls._from_config(cfg, pool_size)
 
     @classmethod
     def in_cluster_or_kubeconfig(cls, path: str | None = None, pool_size: int | None = None) -> Kube:
-        """``pool_size`` as for ``from_kubeconfig_dict``."""
         if path:
             return cls.from_kubeconfig(path, pool_size=pool_size)
         try:
             cfg = kubernetes.client.Configuration()
             kubernetes.config.load_incluster_config(client_configuration=cfg)
-            if pool_size is not None:
-                cfg.connection_pool_maxsize = pool_size
-            return cls(kubernetes.client.ApiClient(cfg))
+            return cls._from_config(cfg, pool_size)
         except kubernetes.config.ConfigException:
             return cls.from_kubeconfig(pool_size=pool_size)
 

@@ -301,18 +301,15 @@ class Session:
     def _channel(self, operation: str) -> paramiko.Channel:
         """A channel on the cached transport, or on a new one when the cached one died unnoticed: its reader
         thread may not have seen the peer's reset yet. Nothing ran on the failed open, so one retry is safe."""
-        ep = self.endpoint
         reused = self.alive
-        for attempt in (1, 2):
-            t = self.open()
-            try:
-                return t.open_session(timeout=ep.connect_timeout_s)
-            except (paramiko.SSHException, EOFError, OSError) as exc:
-                self.close()
-                if not reused or attempt == 2:
-                    raise SessionDropped(ep.host, f"{operation}: {type(exc).__name__}: {exc}") from exc
-                log.debug("ssh %s: cached session was dead (%s); reconnecting", ep.host, type(exc).__name__)
-        raise AssertionError("unreachable")
+        try:
+            return self.open().open_session(timeout=self.endpoint.connect_timeout_s)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            if not reused:
+                raise SessionDropped(self.endpoint.host, f"{operation}: {type(exc).__name__}: {exc}") from exc
+            log.debug("ssh %s: cached session was dead (%s); reconnecting", self.endpoint.host, type(exc).__name__)
+        return self._channel(operation)  # closed now, so not ``reused``: at most one retry
 
     def _drain(self, chan: paramiko.Channel, operation: str, limit: float) -> tuple[bytearray, bytearray]:
         out, err = bytearray(), bytearray()

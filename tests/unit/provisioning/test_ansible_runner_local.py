@@ -8,6 +8,8 @@ import asyncio
 import json
 import shutil
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -180,9 +182,6 @@ def test_long_runs_do_not_take_the_threads_ssh_steps_need(
 ) -> None:
     """Playbook runs hold a thread for minutes; with them in the loop's default executor, every other
     host's SSH step (asyncio.to_thread) waited behind them. They have their own pool."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     release = threading.Event()
     started = threading.Semaphore(0)
 
