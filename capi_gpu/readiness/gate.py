@@ -205,7 +205,9 @@ class ClusterGate:
         before = self.verdicts.get(name)
         self.verdicts[name] = verdict
         try:
-            await self._write_node(node, verdict)
+            if not await self._write_node(node, verdict):
+                self.verdicts.pop(name, None)  # the node went while we decided: no gate slice for a ghost
+                return False
             await self._write_gate_slice(node, verdict)
             if target.capi_machine and (
                 before is None or before.ready != verdict.ready or before.reason != verdict.reason
@@ -219,7 +221,8 @@ class ClusterGate:
             self._node_retry[name] = time.monotonic() + NODE_RETRY
         return before is None or before.reason != verdict.reason or before.message != verdict.message
 
-    async def _write_node(self, node: Obj, verdict: decisions.PoolVerdict) -> None:
+    async def _write_node(self, node: Obj, verdict: decisions.PoolVerdict) -> bool:
+        """False when the node is gone."""
         name = node["metadata"]["name"]
         patch = decisions.node_gate_patch(node, verdict, self.deps.clock())
         try:
@@ -233,10 +236,14 @@ class ClusterGate:
                 metrics.GATE_SECONDS.labels(transition="untaint").observe(latency)
         except (Invalid, Conflict):
             fresh = await self.wl.get_or_none(NODES, name)
-            if fresh is not None:
-                self.nodes[name] = fresh  # someone else wrote the taints; decide again on the next event
+            if fresh is None:
+                self.nodes.pop(name, None)
+                return False
+            self.nodes[name] = fresh  # someone else wrote the taints; decide again on the next event
         except NotFound:
             self.nodes.pop(name, None)
+            return False
+        return True
 
     async def _write_gate_slice(self, node: Obj, verdict: decisions.PoolVerdict) -> None:
         name = node["metadata"]["name"]

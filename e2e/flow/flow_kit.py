@@ -334,11 +334,16 @@ def scaled_to_zero(world: World, timeout: float = 180.0) -> None:
 
 
 def wait_available(world: World, count: int, timeout: float = 180.0) -> dict[str, dict[str, Any]]:
+    """``count`` hosts Available and labelled: the labels are a second write after the status one."""
+
+    def labelled(h: dict[str, Any]) -> bool:
+        return domain.LABEL_GPU_PRESENT in (h["metadata"].get("labels") or {})
+
     def done() -> dict[str, dict[str, Any]] | None:
         hs = hosts(world)
-        return hs if sum(host_state(h) == "Available" for h in hs.values()) == count else None
+        return hs if sum(host_state(h) == "Available" and labelled(h) for h in hs.values()) == count else None
 
-    return wait(world, f"{count} hosts Available", done, timeout)
+    return wait(world, f"{count} hosts Available and labelled", done, timeout)
 
 
 def layout_counts(rows: Iterable[nvidia_smi.GpuInstanceRow]) -> Counter[str]:

@@ -227,10 +227,15 @@ def test_a_host_that_never_boots_back_ends_the_ladder_in_a_permanent_reboot_time
     time.sleep(2)  # nothing after the verdict: no further reset, no false "provisioned"
     assert [e.detail for e in resets(world, number, since)] == ["sw", "hw"]
     machine = next(m for m in gpu_machines(world) if claimed_host(world, m["metadata"]["name"]) == number)
-    hgm = world.k.get(GPU_MACHINES, machine["metadata"]["name"], world.config.namespace)
+
+    def host_ready_says_why() -> dict[str, Any] | None:
+        got = world.k.get(GPU_MACHINES, machine["metadata"]["name"], world.config.namespace)
+        c = condition(got, "HostReady")
+        return got if c and c["status"] == "False" and "RebootTimeout" in c["message"] else None
+
+    # The machine's own reconcile copies the host's error, after the host's status write.
+    hgm = until("HostReady False/RebootTimeout on the HetznerGPUMachine", host_ready_says_why, 30, world)
     assert not ((hgm.get("status") or {}).get("initialization") or {}).get("provisioned"), hgm.get("status")
     assert not (hgm.get("spec") or {}).get("providerID")
-    host_ready = condition(hgm, "HostReady")
-    assert host_ready is not None and host_ready["status"] == "False" and "RebootTimeout" in host_ready["message"]
     assert _node(world, number) is None
     assert world.k.get_or_none(NODES, host_name(number)) is None

@@ -78,6 +78,15 @@ class Fleet:
         self.ran.add(step)
         return self.sh(body, timeout, f"{doc} [{step}]", **env)
 
+    def run_until(self, step: str, ok: Callable[[str], bool], timeout: float = 60) -> str:
+        """Re-run a reading block until ``ok``: for state the gate writes after the node's condition."""
+
+        def reads_right() -> str | None:
+            out = self.run(step)
+            return out if ok(out) else None
+
+        return wait_for(f"[{step}] to read right", reads_right, timeout, interval=1.0)
+
     def sh(self, script: str, timeout: float = 120, what: str = "setup", **env: str) -> str:
         done = subprocess.run(
             ["bash", "-c", "set -euo pipefail -x\n" + script],
@@ -161,9 +170,9 @@ def fleet(world_factory: Callable[..., World], tmp_path_factory: pytest.TempPath
 def test_node_never_gpu_ready(fleet: Fleet) -> None:
     assert "True Ready: pool" in fleet.run("gpu-ready-node")
     assert f"{domain.PROVIDER_ID_PREFIX}{fleet.server}" in fleet.run("gpu-ready-owner")
-    assert "gate taints= bindingConditions=" in fleet.run("gpu-ready-gate")
-    machine = fleet.run("gpu-ready-machine")
-    assert "GPUReady" in machine and "True Ready:" in machine
+    # The gate writes the node, then its gate slice, then the Machine: the fixture waited for the first.
+    fleet.run_until("gpu-ready-gate", lambda out: "gate taints= bindingConditions=" in out)
+    fleet.run_until("gpu-ready-machine", lambda out: "GPUReady" in out and "True Ready:" in out)
     host = fleet.run("gpu-ready-host")
     assert "MIG 1g.24gb" in host and "ActiveState=active" in host
     ns = fleet.world.config.namespace
@@ -179,7 +188,7 @@ def test_node_never_gpu_ready(fleet: Fleet) -> None:
     tainted = fleet.run("gpu-ready-node")
     assert "False DeviceTainted:" in tainted and device in tainted
     assert f"{domain.NODE_STARTUP_TAINT}=:NoSchedule" in tainted
-    assert domain.GATE_DEVICE_TAINT in fleet.run("gpu-ready-gate")
+    fleet.run_until("gpu-ready-gate", lambda out: domain.GATE_DEVICE_TAINT in out)
     publisher.clear_faults()
     fleet.wait_gpu_ready()
     fleet.k.delete(PODS, "rb-demo", ns)  # the node-pods stand-in confirms it, as a kubelet would
@@ -233,7 +242,11 @@ def test_relayout_a_gpu(fleet: Fleet) -> None:
     assert re.search(r"\b1 pods? would be evicted", fleet.run("relayout-preview"))
     out = fleet.run("relayout", timeout=600)
     assert "restart DRA plugin pod" in out and "applied and verified" in out
-    assert fleet.world.node_pods is not None and fleet.world.node_pods.restarts[fleet.node] == 1
+    pods = fleet.world.node_pods
+    assert pods is not None
+    # The restart is counted just after the new slices are written, which is what relayout waited for.
+    wait_for("the plugin restart counted", lambda: pods.restarts[fleet.node] == 1, 10)
+    assert pods.restarts[fleet.node] == 1
     # The tenant's pod held a device of the old layout: the NoExecute rule evicted it.
     assert fleet.k.get_or_none(PODS, f"{TENANT}-job", TENANT) is None
     verify = fleet.run("relayout-verify")

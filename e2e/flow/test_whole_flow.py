@@ -294,7 +294,8 @@ def test_scale_to_zero_returns_every_host_to_the_pool(world: World) -> None:
         f"\nMachineDeployment {HOST_COUNT}->0: Machines, Nodes gone, hosts Available after {time.monotonic() - started:.0f}s"
     )
     assert world.k.list(GPU_MACHINES, ns(world)) == []
-    assert world.k.list(RESOURCESLICES) == [], "every NVIDIA and gate slice went with its Node"
+    # The slices are owned by their Node: the garbage collector removes them after the Node is gone.
+    wait(world, "every NVIDIA and gate slice gone with its Node", lambda: not world.k.list(RESOURCESLICES), 60)
     for n in got:
         host = world.k.get(HOSTS, n.host["metadata"]["name"], ns(world))
         assert host["status"]["state"] == HostState.AVAILABLE and not host["spec"].get("consumerRef"), host

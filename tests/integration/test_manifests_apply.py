@@ -74,26 +74,25 @@ class Resources:
 
     def path(self, doc: dict[str, Any]) -> str:
         api_version = doc["apiVersion"]
-        if api_version not in self._cache:
-            base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-            found = self._discover(base)
-            self._cache[api_version] = {
-                r["kind"]: (r["name"], r["namespaced"]) for r in found["resources"] if "/" not in r["name"]
-            }
         base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        if doc["kind"] not in self._cache.get(api_version, {}):
+            self._cache[api_version] = self._discover(base, doc["kind"])
         plural, namespaced = self._cache[api_version][doc["kind"]]
         meta = doc["metadata"]
         ns = f"/namespaces/{meta['namespace']}" if namespaced else ""
         return f"{base}{ns}/{plural}/{meta['name']}"
 
-    def _discover(self, base: str) -> dict[str, Any]:
-        # A group whose CRD just became Established can lag a moment in discovery.
+    def _discover(self, base: str, kind: str) -> dict[str, tuple[str, bool]]:
+        # A CRD that just became Established can lag a moment in discovery: its whole group, or only its kind
+        # when another CRD of the group was already served.
         for _ in range(50):
             with contextlib.suppress(NotFound):
-                found: dict[str, Any] = self.kube._call("GET", base)
-                return found
+                found = self.kube._call("GET", base)
+                kinds = {r["kind"]: (r["name"], r["namespaced"]) for r in found["resources"] if "/" not in r["name"]}
+                if kind in kinds:
+                    return kinds
             time.sleep(0.1)
-        raise AssertionError(f"{base} not in discovery after 5s")
+        raise AssertionError(f"{kind} not in {base} discovery after 5s")
 
 
 def dry_run_apply(kube: Kube, resources: Resources, doc: dict[str, Any]) -> dict[str, Any]:

@@ -85,6 +85,13 @@ class Gates:
         assert self.task is None, "one gate at a time"
         self.task = asyncio.create_task(runner.run(self.deps, self.world.namespace, self.world.cluster, Stopped()))
 
+    async def pause(self) -> None:
+        """Stop the gate's loop and informers, keeping its caches and its client: its last view goes stale."""
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        self.task = None
+
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
@@ -286,6 +293,31 @@ async def test_deleting_the_driver_slice_retaints_the_node(kube: Kube, world: Ga
         lambda: kube.get(RESOURCESLICES, decisions.gate_slice_name(a.node))["spec"]["pool"]["generation"] == generation,
         2,
     )
+
+
+async def test_a_node_deleted_while_it_is_decided_gets_no_more_writes(
+    kube: Kube, world: GateWorld, gates: Gates
+) -> None:
+    a = world.add_node()
+    publish_complete(a)
+    gate = gates.start()
+    await ready(gates, kube, a)
+    await gates.pause()
+    slice_before = kube.get(RESOURCESLICES, decisions.gate_slice_name(a.node))
+    machine_before = machine_condition(kube, world.namespace, a.machine)
+    # The gate decides from a view in which the node still exists and its driver's slices are gone (a verdict
+    # that needs writes), while the apiserver has already deleted the node.
+    tgts = await gate._gpu_targets(force=True)
+    for name in [n for n, s in gate.slices.items() if s["spec"]["driver"] != domain.GATE_DRIVER]:
+        del gate.slices[name]
+    kube.delete(NODES, a.node)
+    await gates.wait("the node gone", lambda: kube.get_or_none(NODES, a.node) is None)
+    assert await gate._evaluate_node(a.node, tgts) is False
+    assert a.node not in gate.nodes and a.node not in gate.verdicts
+    assert a.node not in gate._node_retry, "a failed write to retry, not a node that is gone"
+    after = kube.get_or_none(RESOURCESLICES, decisions.gate_slice_name(a.node))
+    assert after is None or after["metadata"]["resourceVersion"] == slice_before["metadata"]["resourceVersion"]
+    assert machine_condition(kube, world.namespace, a.machine) == machine_before
 
 
 # -- 2. and 3. the claim layer with the real scheduler ---------------------------------------------------

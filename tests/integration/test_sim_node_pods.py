@@ -98,8 +98,9 @@ def test_a_deleted_pod_on_a_simulated_node_goes_away(kube: Kube, namespace: str,
         }
         kube.create(PODS, body, namespace)
         kube.delete(PODS, "job", namespace)  # a bound pod: graceful, would stay Terminating without a kubelet
-        _until("the pod gone", lambda: kube.get_or_none(PODS, "job", namespace) is None)
-        assert f"{namespace}/job" in pods.confirmed
+        # confirmed is appended after the delete returned, so it implies the pod is gone, not the reverse.
+        _until("the deletion confirmed", lambda: f"{namespace}/job" in pods.confirmed)
+        assert kube.get_or_none(PODS, "job", namespace) is None
         assert not _plugin_pods(kube, node)
     finally:
         pods.stop()
