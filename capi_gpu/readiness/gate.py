@@ -206,7 +206,9 @@ class ClusterGate:
         self.verdicts[name] = verdict
         try:
             if not await self._write_node(node, verdict):
-                self.verdicts.pop(name, None)  # the node went while we decided: no gate slice for a ghost
+                # The node went while we decided: forget it, and write no gate slice or Machine for a ghost.
+                self.nodes.pop(name, None)
+                self.verdicts.pop(name, None)
                 return False
             await self._write_gate_slice(node, verdict)
             if target.capi_machine and (
@@ -237,11 +239,9 @@ class ClusterGate:
         except (Invalid, Conflict):
             fresh = await self.wl.get_or_none(NODES, name)
             if fresh is None:
-                self.nodes.pop(name, None)
                 return False
             self.nodes[name] = fresh  # someone else wrote the taints; decide again on the next event
         except NotFound:
-            self.nodes.pop(name, None)
             return False
         return True
 

@@ -87,18 +87,15 @@ class Gates:
 
     async def pause(self) -> None:
         """Stop the gate's loop and informers, keeping its caches and its client: its last view goes stale."""
-        assert self.task is not None
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
-        self.task = None
-
-    async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
             results = await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
             if not isinstance(results[0], asyncio.CancelledError | None):
                 raise results[0]
+
+    async def stop(self) -> None:
+        await self.pause()
         if self._workload is not None:
             self._workload.close()
             self._workload = None
