@@ -28,6 +28,7 @@ class Type(StrEnum):
     # cluster
     ROBOT_CREDENTIALS_VALID = "RobotCredentialsValid"
     LOAD_BALANCER_READY = "LoadBalancerReady"
+    WORKLOAD_KUBECONFIG_VALID = "WorkloadKubeconfigValid"
     # template
     CAPACITY_KNOWN = "CapacityKnown"
     STANDBY_POOL_READY = "StandbyPoolReady"
@@ -64,6 +65,7 @@ class Reason(StrEnum):
     STANDBY_SHORT = "StandbyPoolShort"
     LOAD_BALANCER_DISABLED = "LoadBalancerDisabled"
     LOAD_BALANCER_FAILED = "LoadBalancerFailed"
+    KUBECONFIG_REJECTED = "KubeconfigRejected"
 
 
 def set_condition(

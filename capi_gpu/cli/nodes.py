@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import base64
 from pathlib import Path
 
-import yaml
-
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, kubeargs
+from capi_gpu.controllers import workload
 from capi_gpu.kube import SECRETS, Kube
 
 
@@ -34,7 +32,10 @@ def _workload(args: argparse.Namespace, mgmt: Kube, namespace: str) -> Kube:
     if not args.cluster:
         raise kubeargs.CliFailure("give --cluster (for <cluster>-kubeconfig) or --workload-kubeconfig", EXIT_USAGE)
     secret = mgmt.get(SECRETS, f"{args.cluster}-kubeconfig", namespace)
-    return Kube.from_kubeconfig_dict(yaml.safe_load(base64.b64decode(secret["data"]["value"])))
+    try:
+        return Kube.from_kubeconfig_dict(workload.parse(secret))
+    except workload.UnsafeKubeconfig as exc:
+        raise kubeargs.CliFailure(str(exc), EXIT_USAGE) from exc
 
 
 def relayout(args: argparse.Namespace) -> int:

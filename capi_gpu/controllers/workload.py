@@ -4,6 +4,12 @@ A kopf operator holds the management cluster's credentials only; the per-Cluster
 gate, the claim-aware scaler, remediation's node reads) each open their own client from that Secret,
 and restart when it changes (a rotated kubeconfig) or their task fails. This is the one place that
 knows how, so the daemons stay about what they do.
+
+The Secret is data, not code: whoever can write Secrets in a namespace could otherwise make the operator run
+a command (``exec``, an ``auth-provider`` with a ``cmd-path``) or read its own files (``tokenFile``, a
+``certificate-authority`` path). CAPI writes kubeconfigs with inline certificates or tokens, so only those
+fields are accepted; anything else is refused before the client library sees it, with a condition on the
+HetznerGPUCluster and an Event.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from typing import Any
 
 import yaml
 
-from capi_gpu.controllers.deps import Deps
-from capi_gpu.kube import SECRETS, AsyncKube, Kube, ours
+from capi_gpu.api import conditions as c
+from capi_gpu.api.cluster import HetznerGPUCluster
+from capi_gpu.controllers import events
+from capi_gpu.controllers.deps import AccessError, Deps
+from capi_gpu.kube import SECRETS, AsyncKube, Kube, Obj, ours
 
 log = logging.getLogger(__name__)
 CLUSTERS = ours("hetznergpuclusters")
@@ -26,14 +35,78 @@ RECHECK = 30.0
 
 Task = Callable[[AsyncKube], Coroutine[Any, Any, None]]
 
+# Inline credentials only: every other key either runs something, reads a file, or is unknown to us.
+USER_FIELDS = frozenset({"client-certificate-data", "client-key-data", "token", "username", "password"})
+CLUSTER_FIELDS = frozenset(
+    {"server", "certificate-authority-data", "insecure-skip-tls-verify", "tls-server-name", "extensions"}
+)
+
+
+class UnsafeKubeconfig(AccessError):
+    """``<cluster>-kubeconfig`` asks for more than inline credentials; it is never loaded."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(c.Reason.KUBECONFIG_REJECTED, message)
+
+
+def unsafe_fields(doc: Any) -> list[str]:
+    """Where ``doc`` (a parsed kubeconfig) goes beyond inline credentials, as ``users[name].field``; [] if safe."""
+    if not isinstance(doc, dict):
+        return ["<not a mapping>"]
+    found: list[str] = []
+    for section, key, allowed in (("users", "user", USER_FIELDS), ("clusters", "cluster", CLUSTER_FIELDS)):
+        for entry in doc.get(section) or []:
+            body = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(body, dict):
+                found.append(f"{section}[?].{key}")
+                continue
+            found += [f"{section}[{entry.get('name')}].{f}" for f in sorted(set(body) - allowed)]
+    return found
+
+
+def parse(secret: Obj) -> dict[str, Any]:
+    """The kubeconfig in a ``<cluster>-kubeconfig`` Secret, checked; raises ``UnsafeKubeconfig``."""
+    name = secret["metadata"]["name"]
+    try:
+        doc = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
+    except (ValueError, yaml.YAMLError) as exc:
+        raise UnsafeKubeconfig(f"Secret {name}: the kubeconfig is not YAML") from exc
+    bad = unsafe_fields(doc)
+    if bad:
+        raise UnsafeKubeconfig(
+            f"Secret {name}: refused, it asks for more than inline credentials ({', '.join(bad)}); "
+            "exec plugins, auth providers and file paths are never loaded"
+        )
+    return dict(doc)
+
 
 async def kubeconfig(deps: Deps, namespace: str, cluster: str) -> tuple[str, dict[str, Any]] | None:
-    """(resourceVersion, kubeconfig) of ``<cluster>-kubeconfig``; None until CAPI wrote it."""
+    """(resourceVersion, kubeconfig) of ``<cluster>-kubeconfig``; None until CAPI wrote it.
+
+    Raises ``UnsafeKubeconfig`` for one that would run a command or read a file."""
     secret = await deps.kube.get_or_none(SECRETS, f"{cluster}-kubeconfig", namespace)
     if secret is None or "value" not in (secret.get("data") or {}):
         return None
-    doc = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
-    return str(secret["metadata"]["resourceVersion"]), doc
+    return str(secret["metadata"]["resourceVersion"]), parse(secret)
+
+
+async def _report(deps: Deps, namespace: str, cluster: str, refused: UnsafeKubeconfig | None) -> None:
+    """The verdict as the ``WorkloadKubeconfigValid`` condition of the Cluster's HetznerGPUCluster(s)."""
+    for hgc in await deps.kube.list(CLUSTERS, namespace):
+        owners = hgc["metadata"].get("ownerReferences") or []
+        if not any(o.get("kind") == "Cluster" and o.get("name") == cluster for o in owners):
+            continue
+        conds = HetznerGPUCluster.model_validate(hgc).status.conditions
+        before = c.get(conds, c.Type.WORKLOAD_KUBECONFIG_VALID)
+        ok = refused is None
+        if (before.status == "True" if before else True) == ok:
+            continue  # unchanged, or fine and never refused: no write
+        reason, msg = (c.Reason.READY, "") if ok else (c.Reason.KUBECONFIG_REJECTED, str(refused))
+        conds = c.set_condition(conds, c.Type.WORKLOAD_KUBECONFIG_VALID, ok, reason, msg, deps.clock())
+        patch = {"status": {"conditions": [x.wire() for x in conds]}}
+        await deps.kube.patch(CLUSTERS, hgc["metadata"]["name"], patch, namespace, sub="status")
+        if not ok:
+            events.emit(hgc, str(reason), msg, warning=True)
 
 
 async def client(deps: Deps, namespace: str, cluster: str) -> Kube | None:
@@ -47,10 +120,17 @@ async def supervise(
 ) -> None:
     """Run ``task(workload)`` for as long as the daemon lives, restarting on kubeconfig change or crash."""
     while not stopped:
-        found = await kubeconfig(deps, namespace, cluster)
+        try:
+            found = await kubeconfig(deps, namespace, cluster)
+        except UnsafeKubeconfig as exc:
+            log.warning("%s %s/%s: %s", what, namespace, cluster, exc)
+            await _report(deps, namespace, cluster, exc)
+            await asyncio.sleep(RECHECK)
+            continue
         if found is None:
             await asyncio.sleep(10)
             continue
+        await _report(deps, namespace, cluster, None)
         version, doc = found
         # One pooled connection per worker thread plus one per long-running watch.
         workload = AsyncKube(Kube.from_kubeconfig_dict(doc, pool_size=workers + watches), workers=workers)
@@ -60,7 +140,10 @@ async def supervise(
                 await asyncio.wait({running}, timeout=RECHECK)
                 if running.done():
                     break
-                again = await kubeconfig(deps, namespace, cluster)
+                try:
+                    again = await kubeconfig(deps, namespace, cluster)
+                except UnsafeKubeconfig:
+                    again = None  # the next round reports it
                 if again is None or again[0] != version:
                     log.info("%s %s/%s: kubeconfig changed; restarting", what, namespace, cluster)
                     break
