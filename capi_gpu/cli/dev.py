@@ -2,7 +2,8 @@
 
 ``up`` builds or reuses the pinned control plane, starts the Robot simulator and simulated GEX131
 hosts, runs the operator, applies the dev cluster template, scales the GPU MachineDeployment, submits a
-pod with a 1g.24gb claim and shows progress until the pod is bound, then prints a summary. It stays up
+pod with a 1g.24gb claim and shows the live host view (``capi_gpu.cli.live``: a table redrawn in place on a
+terminal, one line per change otherwise) until the pod is bound, then prints a summary. It stays up
 (Ctrl-C or ``dev down`` to stop) unless ``--exit``.
 """
 
@@ -15,9 +16,8 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from capi_gpu.cli import EXIT_FAILED, EXIT_OK
+from capi_gpu.cli import EXIT_FAILED, EXIT_OK, live
 
 STATE = Path(".dev")
 
@@ -36,17 +36,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     down = dsub.add_parser("down", help="stop and clean everything dev up started")
     down.add_argument("--state-dir", type=Path, default=STATE)
     down.set_defaults(func=cmd_down)
-
-
-def _progress(rows: list[Any]) -> None:
-    stamp = time.strftime("%H:%M:%S")
-    for r in rows:
-        print(
-            f"[{stamp}] {r.host:<18} {r.state:<16} {r.step:<11} {r.consumer:<22} node={r.node:<16} "
-            f"GPUReady={r.gpu_ready}",
-            flush=True,
-        )
-    print(flush=True)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -71,7 +60,14 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"== scaling {world.config.cluster}-gpu to {args.replicas} and submitting pod mig-demo (1g.24gb)",
             flush=True,
         )
-        summary = devflow.run(world, args.replicas, progress=_progress, timeout=args.timeout)
+        with live.View(title=f"scale-up of {world.config.cluster}-gpu to {args.replicas}") as view:
+
+            def tick() -> None:
+                view.show(live.read(world.k, world.config.namespace))
+
+            summary = devflow.run(world, args.replicas, timeout=args.timeout, tick=tick)
+            tick()  # the last frame: where the bound pod's host ended up
+        print()
         for line in summary.lines():
             print(line)
         (state / "summary.json").write_text(

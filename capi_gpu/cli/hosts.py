@@ -11,13 +11,15 @@ runs again, instead of the refusal being skipped.
 Objects of our kinds are built and changed through the pydantic models (``capi_gpu.api.host``), so
 a bad ``--server`` or ``--robot-url`` is a usage error here, not a 422 later. ``list`` reads raw dicts
 and tolerates states this version does not know. Exit codes: 0 done, 1 not found or refused, 2 usage,
-3 the apiserver failed (see ``kubeargs``). ``hosts order`` lives in ``hosts_order``.
+3 the apiserver failed (see ``kubeargs``). ``hosts order`` lives in ``hosts_order``; ``hosts watch`` draws
+the live view of ``capi_gpu.cli.live`` (the one ``dev up`` shows) from any management cluster.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,7 +28,7 @@ import pydantic
 from capi_gpu import domain, kube
 from capi_gpu.api import base
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec, RobotAccess
-from capi_gpu.cli import EXIT_EXTERNAL, EXIT_OK, EXIT_USAGE, hosts_order, kubeargs
+from capi_gpu.cli import EXIT_EXTERNAL, EXIT_OK, EXIT_USAGE, hosts_order, kubeargs, live
 from capi_gpu.cli.kubeargs import CliFailure
 
 HOSTS = kube.ours("hetznergpuhosts")
@@ -35,7 +37,7 @@ _PATCH_ATTEMPTS = 3
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("hosts", help="the HetznerGPUHost pool: list, register, inspect, maintenance, retire, order")
+    p = sub.add_parser("hosts", help="HetznerGPUHost pool: list, watch, register, inspect, maintenance, retire, order")
     verbs = p.add_subparsers(dest="hosts_command", required=True)
 
     def verb(name: str, help_text: str, body: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
@@ -69,6 +71,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("name")
     v.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     v.add_argument("--force", action="store_true", help="retire even while a Machine uses the host")
+
+    w = verbs.add_parser("watch", help="the live scale-up view: state, step, time in step, node, GPUReady, Events")
+    kubeargs.add_kube_args(w)
+    w.add_argument("--cluster", help="only hosts a Machine of this CAPI Cluster consumes")
+    w.add_argument("--interval", type=float, default=2.0, help="seconds between looks (default 2)")
+    w.add_argument("--timeout", type=float, default=0, help="stop after this many seconds (default: Ctrl-C)")
+    w.set_defaults(func=kubeargs.guarded(run_watch))
 
     hosts_order.register_order(verbs)
 
@@ -130,6 +139,28 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"no hosts in {'any namespace' if ns is None else ns}", file=sys.stderr)
         return EXIT_OK
     _emit(rows, args.output, with_namespace=ns is None)
+    return EXIT_OK
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    """Redraw the live view until Ctrl-C or ``--timeout`` (bounded: one look per ``--interval``)."""
+    if args.interval <= 0 or args.timeout < 0:
+        raise CliFailure("--interval must be positive and --timeout not negative", EXIT_USAGE)
+    ns = kubeargs.namespace(args) or "default"
+    k = kubeargs.connect(args)
+    title = f"hosts of cluster {args.cluster} in {ns}" if args.cluster else f"hosts in {ns}"
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    try:
+        with live.View(title=title) as view:
+            while True:
+                view.show(live.read(k, ns, args.cluster))
+                if deadline is not None and time.monotonic() + args.interval > deadline:
+                    break
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        k.close()
     return EXIT_OK
 
 

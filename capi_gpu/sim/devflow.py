@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,8 +109,16 @@ def summarise(world: World, started: float, pod_node: str | None) -> Summary:
     return Summary(time.monotonic() - started, steps, dict(calls), rows(k, ns), pod_node)
 
 
-def run(world: World, replicas: int, pod: str = "mig-demo", progress: Any = None, timeout: float = 900) -> Summary:
-    """Scale, submit the pod, wait until the scheduler bound it; ``progress(rows)`` is called on changes."""
+def run(
+    world: World,
+    replicas: int,
+    pod: str = "mig-demo",
+    progress: Any = None,
+    timeout: float = 900,
+    tick: Callable[[], None] | None = None,
+) -> Summary:
+    """Scale, submit the pod, wait until the scheduler bound it; ``progress(rows)`` is called on changes,
+    ``tick()`` once a second (a live view redraws the time in step)."""
     k, ns = world.k, world.config.namespace
     started = time.monotonic()
     world.scale(replicas)
@@ -121,6 +130,8 @@ def run(world: World, replicas: int, pod: str = "mig-demo", progress: Any = None
         if progress is not None and current != last:
             progress(current)
             last = current
+        if tick is not None:
+            tick()
         node = (k.get(PODS, pod, ns).get("spec") or {}).get("nodeName")
         if node:
             return summarise(world, started, node)
