@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import time
+from typing import Any
 
 _PEM = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|$)", re.S)
 _SECRETISH = re.compile(r"(?i)(password|passwd|token|secret|authorization)(\s*[=:]\s*|\s+)(Basic |Bearer )?\S+")
@@ -27,6 +28,16 @@ class RedactingFilter(logging.Filter):
         if clean != message:
             record.msg, record.args = clean, None
         return True
+
+
+class TextFormatter(logging.Formatter):
+    """Plain lines; tracebacks and stacks redacted like the message (an exception's text can quote a secret)."""
+
+    def formatException(self, ei: Any) -> str:
+        return redact(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return redact(super().formatStack(stack_info))
 
 
 class JSONFormatter(logging.Formatter):
@@ -46,7 +57,7 @@ def configure(verbose: bool = False, fmt: str = "text") -> None:
     handler = logging.StreamHandler()
     handler.addFilter(RedactingFilter())
     handler.setFormatter(
-        JSONFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        JSONFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -43,7 +43,8 @@ async def _write(
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     now = deps.clock()
     circuit = env.robot.account.circuit_reason if env is not None and env.robot.account.circuit_open else None
-    status = host_conditions.derive(host, d.status, now, access_error, circuit)
+    secrets = [env.ssh_private, env.os_key.private] if env else []
+    status = events.redact_status(host_conditions.derive(host, d.status, now, access_error, circuit), secrets)
     if circuit is not None and host_conditions.robot_reachable(host.status):
         # This host's call tripped the 401 circuit (or is the first to see it): the HetznerGPUCluster's
         # RobotCredentialsValid must say so now, not at its next poll minutes later.
@@ -66,7 +67,6 @@ async def _write(
     old_step, old_state = host.status.step, host.status.state
     if status.model_dump() != host.status.model_dump():
         await deps.kube.patch(HOSTS, name, {"status": status.model_dump(by_alias=True, mode="json")}, ns, sub="status")
-    secrets = [env.ssh_private, env.os_key.private] if env else []
     if (old_state, old_step) != (status.state, status.step) and host.status.step_started_at is not None:
         took = (now - host.status.step_started_at).total_seconds()
         metrics.observe_step(str(old_step or old_state.value), took)

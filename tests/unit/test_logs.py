@@ -1,10 +1,13 @@
-"""Operator logs: secrets redacted from every record (text and JSON), JSON lines parse."""
+"""Operator logs: secrets redacted from every record (text and JSON), tracebacks included in both formats,
+JSON lines parse."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+
+import pytest
 
 from capi_gpu import logs
 
@@ -30,3 +33,22 @@ def test_json_lines_carry_level_logger_and_the_redacted_message() -> None:
     doc = json.loads(_capture("json", "token: %s", "abcdef0123456789"))
     assert doc["level"] == "info" and doc["logger"] == "capi_gpu.test"
     assert "abcdef0123456789" not in doc["msg"]
+
+
+def _capture_traceback(fmt: str) -> str:
+    logs.configure(fmt=fmt)
+    stream = io.StringIO()
+    handler = logging.getLogger().handlers[0]
+    handler.setStream(stream)  # type: ignore[attr-defined]
+    try:
+        raise RuntimeError(f"installimage said password=hunter2hunter2 and {KEY}")
+    except RuntimeError:
+        logging.getLogger("capi_gpu.test").exception("step failed")
+    return stream.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_tracebacks_are_redacted_in_both_formats(fmt: str) -> None:
+    out = _capture_traceback(fmt)
+    assert "RuntimeError" in out  # the traceback itself is kept
+    assert "hunter2hunter2" not in out and "b3BlbnNzaC1rZXk" not in out
