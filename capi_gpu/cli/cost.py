@@ -3,20 +3,22 @@
 The arithmetic is in ``capi_gpu.cost`` (prices, amortisation, break-even) and ``capi_gpu.usage``
 (slices held by claims); this module is the edge. It turns flags into prices, reads the cluster for
 ``--measured`` (ResourceSlices of ``gpu.nvidia.com`` for the nodes, ResourceClaims for what is held)
-and prints. Defaults are the dated list prices from the research notes, printed with their date so
-a stale default is visible; every one is a flag. Exit codes: 0 printed, 1 nothing to measure,
-2 a bad flag, 3 the apiserver failed.
+and prints; ``--plot`` also draws the curves (``cost_plot``). Defaults are the dated list prices from
+the research notes, printed with their date so a stale default is visible; every one is a flag.
+Exit codes: 0 printed, 1 nothing to measure, 2 a bad flag, 3 the apiserver failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from capi_gpu import cost, domain, kube, usage
-from capi_gpu.cli import EXIT_OK, EXIT_USAGE, kubeargs
+from capi_gpu.cli import EXIT_OK, EXIT_USAGE, cost_plot, kubeargs
 from capi_gpu.cli.kubeargs import CliFailure
 from capi_gpu.gpu import catalog
 
@@ -60,6 +62,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--usd-per-eur", type=float, default=cost.DEFAULT_FX.usd_per_eur, help="exchange rate")
     p.add_argument("--fx-date", help=f"date of --usd-per-eur (default rate's: {cost.DEFAULT_FX.as_of})")
     kubeargs.add_output_arg(p)
+    p.add_argument(
+        "--plot", type=Path, metavar="FILE", help="also draw the curves to FILE (.svg or .png; extra 'plot')"
+    )
     p.add_argument("--kubeconfig", help="kubeconfig for --measured (default: $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context for --measured")
     p.set_defaults(func=kubeargs.guarded(run))
@@ -124,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         fx = cost.FxRate(args.usd_per_eur, args.fx_date or cost.DEFAULT_FX.as_of, _fx_source(args))
         if args.usd_per_eur <= 0:
             raise CliFailure("--usd-per-eur must be positive", EXIT_USAGE)
+        if args.plot is not None:
+            cost_plot.check_path(args.plot)
         if args.measured and (args.utilization or args.used_hours):
             raise CliFailure("--measured replaces --utilization/--used-hours; give one", EXIT_USAGE)
         measured = measure(args, model, datetime.datetime.now(datetime.UTC)) if args.measured else None
@@ -133,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             utilizations = [cost.check_utilization(u) for u in args.utilization]
             utilizations += [cost.utilization_from_hours(h, terms) for h in args.used_hours]
         scenarios = [cost.scenario(price, terms, u, offers, fx) for u in utilizations or DEFAULT_UTILIZATIONS]
-    except (cost.CostError, usage.UsageError, catalog.CatalogError) as exc:
+    except (cost.CostError, usage.UsageError, catalog.CatalogError, ValueError) as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from exc
     doc = report(price, terms, fx, offers, scenarios, measured)
     standby = args.standby_hosts if args.standby_hosts is not None else (_standby_hosts(args) if args.measured else 0)
@@ -148,7 +155,28 @@ def run(args: argparse.Namespace) -> int:
         kubeargs.print_json(doc)
     else:
         print_report(doc)
+    if args.plot is not None:
+        _plot(args.plot, price, terms, fx, offers, scenarios, measured)
     return EXIT_OK
+
+
+def _plot(
+    path: Path,
+    price: cost.HostPrice,
+    terms: cost.Terms,
+    fx: cost.FxRate,
+    offers: Sequence[cost.CloudOffer],
+    scenarios: Sequence[cost.Scenario],
+    measured: usage.Usage | None,
+) -> None:
+    try:
+        fig = cost_plot.figure(price, terms, fx, offers, scenarios, None if measured is None else measured.utilization)
+        cost_plot.save(fig, path)
+    except cost_plot.PlotUnavailable as exc:
+        raise CliFailure(str(exc), EXIT_USAGE) from exc
+    except OSError as exc:
+        raise CliFailure(f"--plot {path}: {exc}") from exc
+    print(f"chart written to {path}", file=sys.stderr)
 
 
 def _fx_source(args: argparse.Namespace) -> str:
