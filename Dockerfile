@@ -6,19 +6,29 @@
 # ansible-runner shells out to: ssh and ssh-agent from openssh-client. ansible-core comes in as a
 # project dependency, at the range pyproject.toml pins.
 #
+# Reproducible: the base is pinned by digest (the multi-arch index of python:3.11-slim-bookworm, Python
+# 3.11.16, as docker-library/repo-info lists it in repos/python/remote/3.11-slim-bookworm.md at commit
+# 33a22f41ac7b; re-check with `docker buildx imagetools inspect python:3.11-slim-bookworm`), and every
+# dependency comes from requirements.lock with its hashes (generated from pyproject.toml by uv; see
+# `make lock`; a test fails when the two disagree). The wheel leaves out capi_gpu.sim (tests and
+# `dev up` run from a source checkout).
+#
 # playbooks/ is copied to where capi_gpu.provisioning.ansible.default_playbook_dir() resolves for the
 # installed package: three levels above the module, i.e. the venv's site-packages (a test derives the
 # path from that function, so a change there fails the test rather than the image).
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml ./
+COPY requirements.lock pyproject.toml README.md ./
 COPY capi_gpu/ capi_gpu/
-RUN pip wheel --wheel-dir /wheels .
+# Dependencies only as locked and hash-checked; the project itself with the base image's setuptools.
+RUN pip wheel --wheel-dir /wheels --require-hashes --no-deps -r requirements.lock \
+    && pip wheel --wheel-dir /wheels --no-deps --no-build-isolation . \
+    && cp requirements.lock /wheels/
 
 FROM ${PYTHON_IMAGE} AS runtime
 # openssh-client: ssh for every Ansible task, ssh-agent/ssh-add for ansible-runner's in-memory key.
@@ -34,7 +44,9 @@ ENV VIRTUAL_ENV=/opt/capi-gpu \
     PYTHONUNBUFFERED=1
 RUN python -m venv /opt/capi-gpu
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels capi-gpu
+    /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels --no-deps -r /wheels/requirements.lock \
+    && /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels --no-deps capi-gpu \
+    && /opt/capi-gpu/bin/pip check
 COPY playbooks/ /opt/capi-gpu/lib/python3.11/site-packages/playbooks/
 # A named non-root user (uid 65532, as distroless "nonroot"): ssh refuses to run for a uid without a
 # passwd entry. The Deployment overrides HOME with a writable emptyDir (read-only root filesystem).

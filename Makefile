@@ -95,6 +95,12 @@ crds: $(PY) ## regenerate crds/ from the pydantic models
 crds-check: $(PY) ## fail when crds/ differs from the models
 	$(VENV)/bin/capi-gpu crds --check
 
+# The image's dependency lock (hashes for every platform); regenerate after changing pyproject.toml's
+# dependencies. uv is a tool, not a project dependency (pip install uv).
+.PHONY: lock
+lock: ## regenerate requirements.lock from pyproject.toml (needs uv)
+	uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes -o requirements.lock
+
 # --- release -------------------------------------------------------------------------------------
 
 # clusterctl's release assets. The image is set through a throw-away overlay (kustomize edit on a

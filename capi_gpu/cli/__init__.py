@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -19,12 +20,17 @@ EXIT_EXTERNAL = 3
 
 # Subcommand modules; a missing one is a packaging bug, not a runtime choice.
 SUBCOMMANDS = ("run", "crds", "layouts", "sim", "dev", "hosts", "nodes", "cost", "autoscaler", "gate_plugin")
+# These drive capi_gpu.sim, which the wheel and the image leave out (a source checkout has it).
+NEEDS_SIM = frozenset({"sim", "dev"})
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capi-gpu", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
+    with_sim = importlib.util.find_spec("capi_gpu.sim") is not None
     for name in SUBCOMMANDS:
+        if name in NEEDS_SIM and not with_sim:
+            continue
         try:
             module = importlib.import_module(f"capi_gpu.cli.{name}")
         except ModuleNotFoundError as exc:
