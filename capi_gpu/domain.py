@@ -111,5 +111,9 @@ ANNOTATION_MIG_PROFILE: Final = f"{DOMAIN}/mig-profile"
 # tolerate it with value = tenant). Not a readiness signal: the pool verdict ignores DeviceTaintRules.
 DEVICE_TAINT_RESERVED: Final = f"{DOMAIN}/reserved"
 
+# A host's status (less conditions) as JSON, written before every status write and restored on a host that
+# arrives without status: clusterctl move never copies status (Metal3's baremetalhost.metal3.io/status).
+ANNOTATION_STATUS: Final = f"{DOMAIN}/status"
+
 # Secrets the controller generates (never logged, never copied into status).
 OS_HOSTKEY_SECRET_SUFFIX: Final = "-os-hostkey"

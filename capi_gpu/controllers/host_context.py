@@ -14,8 +14,8 @@ from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_key
 from capi_gpu.controllers.deps import AccessError, Deps, secret_value
 from capi_gpu.hetzner.robot import RobotClient
-from capi_gpu.kube import CAPI_MACHINES, SECRETS, Obj, ours
-from capi_gpu.provisioning import bootstrap, gpuplan, hostkeys
+from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, Conflict, Obj, ours
+from capi_gpu.provisioning import bootstrap, gpuplan, hostkeys, hostmove
 
 HOSTS = ours("hetznergpuhosts")
 MACHINES = ours("hetznergpumachines")
@@ -31,6 +31,7 @@ class Consumer:
     bootstrap: bootstrap.BootstrapData | None
     bootstrap_problem: str | None
     standby: bool = False
+    paused: bool = False  # its Cluster is paused (spec.paused) or the machine carries the paused annotation
 
     @property
     def prepared(self) -> str:
@@ -84,6 +85,13 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
         )
         deps.os_keys[key] = (uid, pair)
         return pair
+    if host.status.host_keys.os:
+        # A key is pinned (the installed OS may carry it): a new one would lock us out of a live node. After
+        # clusterctl move the Secret arrives after its host (it is the host's child), so wait for it.
+        raise AccessError(
+            hostmove.Reason.OS_HOST_KEY_MISSING,
+            f"OS host key Secret {namespace}/{name} not found while a key is pinned; waiting for it",
+        )
     pair = hostkeys.generate(comment=hostname(host))
     await deps.kube.create(
         SECRETS,
@@ -131,14 +139,25 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
     ref = host.spec.consumer_ref
     if ref is not None:
         obj = await deps.kube.get_or_none(MACHINES, ref.name, ref.namespace or namespace)
-        if obj is None or (ref.uid and obj["metadata"].get("uid") != ref.uid):
-            return None  # a stale claim: the machine is gone (its controller clears the ref)
+        if obj is None:
+            # Never "unclaimed": a release clears the ref first, so a missing machine is one not moved here
+            # yet (clusterctl move creates hosts before machines) or one removed by force. Either way: wait.
+            raise AccessError(
+                hostmove.Reason.CONSUMER_MISSING,
+                f"consumerRef names HetznerGPUMachine {ref.namespace or namespace}/{ref.name}, which does not"
+                " exist (yet); waiting, the server is left alone (clear spec.consumerRef if it was force-deleted)",
+            )
+        if ref.uid and obj["metadata"].get("uid") != ref.uid:
+            await _refresh_uid(deps, host, str(obj["metadata"]["uid"]), namespace)
         machine = HetznerGPUMachine.model_validate(obj)
         owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
         capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
         data, problem = await _bootstrap_for(deps, capi, namespace)
         version = machine.spec.kubernetes_version or ((capi or {}).get("spec", {}).get("version")) or "v1.36.3"
-        return Consumer(machine, ref.name, machine.spec.install_image, machine.spec.gpu, version, data, problem)
+        paused = await _consumer_paused(deps, obj, ref.namespace or namespace)
+        return Consumer(
+            machine, ref.name, machine.spec.install_image, machine.spec.gpu, version, data, problem, paused=paused
+        )
     if host.spec.standby is not None and host.status.state in (
         HostState.STANDBY_PREPARING,
         HostState.AVAILABLE,
@@ -149,6 +168,34 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
             HetznerGPUMachine(), "", sb.install_image, sb.gpu, sb.kubernetes_version, None, None, standby=True
         )
     return None
+
+
+async def _refresh_uid(deps: Deps, host: HetznerGPUHost, uid: str, namespace: str) -> None:
+    """The consumer is matched by name and namespace; a uid that changed (clusterctl move recreates the
+    machine) is written back, with a resourceVersion precondition so a concurrent release wins."""
+    try:
+        await deps.kube.patch(
+            HOSTS,
+            hostname(host),
+            {
+                "metadata": {"resourceVersion": host.metadata.get("resourceVersion")},
+                "spec": {"consumerRef": {"uid": uid}},
+            },
+            namespace,
+        )
+    except Conflict as exc:
+        raise AccessError(hostmove.Reason.CONSUMER_CHANGED, "host changed while refreshing consumerRef.uid") from exc
+    assert host.spec.consumer_ref is not None
+    host.spec.consumer_ref.uid = uid
+
+
+async def _consumer_paused(deps: Deps, machine: Obj, namespace: str) -> bool:
+    """CAPI's rule (annotations.IsPaused): the Cluster's spec.paused, or the paused annotation on the object."""
+    if domain.PAUSED_ANNOTATION in (machine["metadata"].get("annotations") or {}):
+        return True
+    cluster = (machine["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
+    obj = await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, namespace) if cluster else None
+    return bool((obj or {}).get("spec", {}).get("paused"))
 
 
 async def load(deps: Deps, host: HetznerGPUHost, namespace: str) -> HostEnv:

@@ -13,19 +13,15 @@ from typing import Any
 
 from capi_gpu import domain, metrics
 from capi_gpu.api.host import HetznerGPUHost, HostState
-from capi_gpu.controllers import events, host_actions, host_probes, loops
+from capi_gpu.controllers import events, host_actions, host_move, host_probes, loops
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
 from capi_gpu.kube import Obj
-from capi_gpu.provisioning import host_conditions, outcomes, states, transitions
+from capi_gpu.provisioning import host_conditions, hostmove, outcomes, states, transitions
 from capi_gpu.provisioning.model import Decision, Observations, Timing
 
 log = logging.getLogger(__name__)
 IDLE = 300.0
-
-
-def _paused(obj: Obj) -> bool:
-    return domain.PAUSED_ANNOTATION in (obj["metadata"].get("annotations") or {})
 
 
 def _annotations(obj: Obj) -> dict[str, str]:
@@ -39,6 +35,7 @@ async def _write(
     d: Decision,
     env: HostEnv | None,
     access_error: tuple[str, str] | None = None,
+    pausing: bool = False,
 ) -> HetznerGPUHost:
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     now = deps.clock()
@@ -49,24 +46,12 @@ async def _write(
         # This host's call tripped the 401 circuit (or is the first to see it): the HetznerGPUCluster's
         # RobotCredentialsValid must say so now, not at its next poll minutes later.
         deps.wakeups.wake_all("cluster", ns)
-    if status.error_permanent and not host.status.error_permanent:
-        # Before the status write: the annotation is what a human removes to release the host.
-        await deps.kube.patch(
-            HOSTS,
-            name,
-            {
-                "metadata": {
-                    "annotations": {
-                        domain.ANNOTATION_PERMANENT_ERROR: (status.error_type or "Error").replace("Error", "")
-                        or "Error"
-                    }
-                }
-            },
-            ns,
-        )
+    host_move.paused_condition(status, pausing, deps)
+    await host_move.write_annotations(deps, obj, host, status)
     old_step, old_state = host.status.step, host.status.state
     if status.model_dump() != host.status.model_dump():
         await deps.kube.patch(HOSTS, name, {"status": status.model_dump(by_alias=True, mode="json")}, ns, sub="status")
+    metrics.host_state(ns, name, status.state.value)
     if (old_state, old_step) != (status.state, status.step) and host.status.step_started_at is not None:
         took = (now - host.status.step_started_at).total_seconds()
         metrics.observe_step(str(old_step or old_state.value), took)
@@ -110,14 +95,23 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None
     host = HetznerGPUHost.model_validate(obj)
-    if _paused(obj):
-        return IDLE
+    if hostmove.status_lost(obj.get("status")):
+        restored = await host_move.restore(deps, obj, host)
+        if restored is None:
+            return 60.0
+        host = restored
+    in_flight = hostmove.in_flight(host.status)  # a destructive step open: finish it before pausing
+    if host_move.paused(obj) and not in_flight:
+        return await host_move.pause(deps, obj, host)
     try:
         env = await load(deps, host, namespace)
     except AccessError as exc:
         await _write(deps, obj, host, Decision(host.status), None, (exc.reason, str(exc)))
         events.emit(obj, exc.reason, str(exc), warning=True)
-        return 60.0
+        return deps.settings.timing.poll if exc.reason == hostmove.Reason.CONSUMER_MISSING else 60.0
+    pausing = host_move.paused(obj) or (env.consumer is not None and env.consumer.paused)
+    if pausing and not in_flight:
+        return await host_move.pause(deps, obj, host)
     if host.status.host_keys.os != env.os_key.public:
         host.status.host_keys.os = env.os_key.public
     now, timing = deps.clock(), deps.settings.timing
@@ -139,7 +133,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         permanent_cleared=host.status.error_permanent and domain.ANNOTATION_PERMANENT_ERROR not in annotations,
     )
     decision = states.decide(ctx)
-    host = await _write(deps, obj, host, decision, env)
+    host = await _write(deps, obj, host, decision, env, pausing=pausing)
     if reinspect and decision.status.state is HostState.INSPECTING:
         await deps.kube.patch(
             HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace
@@ -157,7 +151,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     )
     after = transitions.Context(host, obs, deps.clock(), timing, hostname(host), ctx.wipe_requested, slot_free)
     final = outcomes.apply_result(after, decision.action, result)
-    await _write(deps, obj, host, final, env)
+    await _write(deps, obj, host, final, env, pausing=pausing)
     return next_pass(final, timing)
 
 

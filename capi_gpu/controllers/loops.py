@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from capi_gpu import metrics
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import KubeError, NotFound
 
@@ -44,6 +45,8 @@ async def run(kind: str, reconcile: Reconcile, deps: Deps, namespace: str, name:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=max(0.2, delay))
     finally:
+        if kind == "host":
+            metrics.host_state(namespace, name, None)  # deleted, or no longer this replica's
         deps.wakeups.forget(kind, namespace, name)
         deps.provisioning.discard((namespace, name))
         deps.os_keys.pop((namespace, name), None)

@@ -58,6 +58,7 @@ class ClusterGate:
         self._targets_at = 0.0
         self._synced: set[str] = set()
         self._recheck: dict[tuple[str, str], float] = {}
+        self._waiting: set[tuple[str, str]] = set()  # claims decided WAIT: held in the scheduler's PreBind
         self._allocated_seen: dict[tuple[str, str], float] = {}
         self._node_retry: dict[str, float] = {}
         self._not_targets: set[str] = set()
@@ -294,14 +295,18 @@ class ClusterGate:
         for key in sorted(keys):
             self._recheck.pop(key, None)
             claim = self.claims.get(key)
+            self._waiting.discard(key)
             if claim is None:
                 continue
             d = decisions.claim_gate_decision(claim, self.verdicts, pools, self.deps.clock())
+            if d.outcome is decisions.GateOutcome.WAIT:
+                self._waiting.add(key)
             if d.outcome is decisions.GateOutcome.WAIT and d.recheck_at is not None:
                 delay = (d.recheck_at - self.deps.clock()).total_seconds()
                 self._recheck[key] = time.monotonic() + max(0.5, delay)
             elif d.outcome in (decisions.GateOutcome.BIND, decisions.GateOutcome.FAIL):
                 await self._write_claim(key, claim, d)
+        metrics.CLAIMS_WAITING.labels(cluster=f"{self.namespace}/{self.cluster}").set(len(self._waiting))
 
     async def _write_claim(self, key: tuple[str, str], claim: Obj, d: decisions.ClaimGateDecision) -> None:
         devices = decisions.merged_device_statuses(claim, d.entries)

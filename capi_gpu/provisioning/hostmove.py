@@ -1,0 +1,68 @@
+"""What a host carries through ``clusterctl move``, and when a move must wait. Pure.
+
+clusterctl creates every moved object without its status, and moves a HetznerGPUHost (no owner) before the
+HetznerGPUMachine that consumes it. Status is the host's only memory of what was done to the server (the
+pinned OS host key, the inspected disks, the operations recorded before they were sent), and none of it can
+be rediscovered without a rescue boot. So the status, less its derived conditions, is mirrored into an
+annotation before every status write, and a host that arrives without status is restored from it (Metal3's
+``baremetalhost.metal3.io/status`` does the same). The mirror is written first, so it never knows less
+than status did: a restored host treats everything recorded as sent, as a restarted controller does.
+
+While a destructive operation is recorded and its step not yet confirmed (rescue armed and reset sent but
+rescue not reached, installimage running, a reboot sent but the OS not answering), the host carries
+``clusterctl.cluster.x-k8s.io/block-move`` and keeps running to the end of that step even when paused; a
+move waits for it instead of cutting the step in half.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+from capi_gpu.api.host import HetznerGPUHostStatus, HostState
+from capi_gpu.provisioning.model import DESTRUCTIVE
+from capi_gpu.provisioning.transitions import DEFERRED, NOT_SENT, PIPELINE_STATES
+
+_DESTRUCTIVE_NAMES = frozenset(kind.value for kind in DESTRUCTIVE)
+
+
+class Reason(StrEnum):
+    """Condition reasons of a host waiting on something a move has not delivered yet."""
+
+    CONSUMER_MISSING = "ConsumerMissing"  # consumerRef names a HetznerGPUMachine that does not exist (yet)
+    CONSUMER_CHANGED = "ConsumerChanged"  # refreshing a moved consumer's uid lost a race; retried
+    OS_HOST_KEY_MISSING = "OSHostKeyMissing"  # a key is pinned but its Secret is not there (yet)
+    STATUS_SNAPSHOT_INVALID = "StatusSnapshotInvalid"  # the status annotation does not parse
+
+
+def snapshot(status: HetznerGPUHostStatus) -> str:
+    """The annotation value: status without conditions (derived, so rebuilt), compact and stable."""
+    body = status.model_dump(by_alias=True, mode="json", exclude={"conditions"}, exclude_defaults=True)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def restore(text: str) -> HetznerGPUHostStatus:
+    """The status a snapshot holds; ``ValueError`` (pydantic's ValidationError is one) when it is not one."""
+    body = json.loads(text)
+    if not isinstance(body, dict):
+        raise ValueError("status snapshot is not an object")
+    return HetznerGPUHostStatus.model_validate(body)
+
+
+def status_lost(raw_status: object) -> bool:
+    """The object came without status: created by clusterctl move (or by hand), never reconciled here."""
+    return not isinstance(raw_status, dict) or not raw_status.get("state")
+
+
+def in_flight(status: HetznerGPUHostStatus) -> bool:
+    """A destructive operation is recorded in the current step and the step has not been confirmed yet."""
+    if status.state not in PIPELINE_STATES and status.state is not HostState.DEPROVISIONING:
+        return False
+    since = status.step_started_at
+    return any(
+        op.name in _DESTRUCTIVE_NAMES
+        and op.outcome not in (DEFERRED, NOT_SENT)
+        and not (op.outcome or "").startswith("Failed")
+        and (since is None or op.requested_at >= since)
+        for op in status.operations
+    )

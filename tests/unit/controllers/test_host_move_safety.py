@@ -1,0 +1,313 @@
+"""A host as clusterctl move leaves it on the target (created without status, its consumer created later with
+a new uid, its OS host key Secret maybe later still) never touches its server: it gets its status back from
+the snapshot, waits while its consumer is missing, refreshes a consumer uid that changed, waits for a pinned
+key's Secret instead of minting a new key; and pause, through the host's own annotation or its consumer's
+Cluster, stops every write but the Paused condition, unless a destructive step is open (block-move)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from capi_gpu import domain
+from capi_gpu.api.host import HetznerGPUHostStatus, HostKeys, HostState, Operation, Step
+from capi_gpu.controllers import host_loop
+from capi_gpu.controllers.deps import Deps, RobotClients
+from capi_gpu.controllers.settings import Settings
+from capi_gpu.kube import Conflict, Obj, Res
+from capi_gpu.provisioning import hostkeys, hostmove, ssh
+
+NS, HOST, MACHINE = "gpu", "gex-1", "workers-abc12"
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+OS_KEY = hostkeys.generate(comment=HOST)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if v is None:
+            into.pop(k, None)
+        elif isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = copy.deepcopy(v)
+
+
+class FakeKube:
+    """Objects by (plural, namespace, name); merge patches with the resourceVersion precondition; every
+    write recorded as (verb, plural, name, subresource, body)."""
+
+    def __init__(self, *objs: tuple[str, Obj]) -> None:
+        self.objs: dict[tuple[str, str, str], Obj] = {}
+        self.writes: list[tuple[str, str, str, str | None, Any]] = []
+        self.rv = 10
+        for plural, obj in objs:
+            self.put(plural, obj)
+
+    def put(self, plural: str, obj: Obj) -> None:
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"].setdefault("namespace", NS)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.objs[(plural, NS, obj["metadata"]["name"])] = obj
+
+    async def get_or_none(self, res: Res, name: str, namespace: str | None = None) -> Obj | None:
+        obj = self.objs.get((res.plural, namespace or "", name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    async def list(self, res: Res, namespace: str | None = None, **_: Any) -> list[Obj]:
+        return [copy.deepcopy(o) for (p, ns, _n), o in self.objs.items() if p == res.plural and ns == namespace]
+
+    async def patch(
+        self, res: Res, name: str, patch: Any, namespace: str | None = None, sub: str | None = None, **_: Any
+    ) -> Obj:
+        self.writes.append(("patch", res.plural, name, sub, copy.deepcopy(patch)))
+        obj = self.objs[(res.plural, namespace or "", name)]
+        want = (patch.get("metadata") or {}).pop("resourceVersion", None)
+        if want is not None and want != obj["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", "the object has been modified")
+        _merge(obj, patch)
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(obj)
+
+    async def create(self, res: Res, body: Obj, namespace: str | None = None) -> Obj:
+        self.writes.append(("create", res.plural, body["metadata"]["name"], None, None))
+        self.put(res.plural, body)
+        return body
+
+    def host(self) -> Obj:
+        return self.objs[("hetznergpuhosts", NS, HOST)]
+
+
+class NoSSH:
+    """Every session counted; none connects (the server must not be needed to decide anything here)."""
+
+    opened = 0
+
+    def __init__(self, endpoint: ssh.Endpoint, creds: ssh.Credentials) -> None:
+        type(self).opened += 1
+
+    def hostname(self) -> str:
+        raise ssh.ConnectTimeout("192.0.2.10", "no server in a unit test")
+
+    def close(self) -> None:
+        pass
+
+
+def _status(state: HostState, step: Step | None = None, ops: tuple[str, ...] = ()) -> HetznerGPUHostStatus:
+    return HetznerGPUHostStatus(
+        state=state,
+        step=step,
+        step_started_at=T0 - timedelta(seconds=30),
+        ipv4="192.0.2.10",
+        server_name="gex-1",
+        host_keys=HostKeys(os=OS_KEY.public),
+        operations=[Operation(name=n, requested_at=T0 - timedelta(seconds=20), outcome="Sent") for n in ops],
+    )
+
+
+def _host(status: HetznerGPUHostStatus | None, snapshot: HetznerGPUHostStatus | None, **annotations: str) -> Obj:
+    ann = dict(annotations)
+    if snapshot is not None:
+        ann[domain.ANNOTATION_STATUS] = hostmove.snapshot(snapshot)
+    obj: Obj = {
+        "apiVersion": domain.API_VERSION,
+        "kind": "HetznerGPUHost",
+        "metadata": {"name": HOST, "uid": "host-uid-target", "annotations": ann},
+        "spec": {
+            "serverNumber": 1,
+            "consumerRef": {
+                "apiVersion": domain.API_VERSION,
+                "kind": "HetznerGPUMachine",
+                "name": MACHINE,
+                "namespace": NS,
+                "uid": "machine-uid-source",
+            },
+        },
+    }
+    if status is not None:
+        obj["status"] = status.model_dump(by_alias=True, mode="json")
+    return obj
+
+
+def _secret(name: str, **data: str) -> Obj:
+    return {"metadata": {"name": name}, "data": {k.replace("_", "-"): _b64(v) for k, v in data.items()}}
+
+
+SECRETS = [
+    ("secrets", _secret("robot-credentials", robot_user="u", robot_password="p")),
+    ("secrets", _secret("robot-ssh", ssh_privatekey="not-used", ssh_publickey="not-used")),
+]
+OS_SECRET = (
+    "secrets",
+    _secret(f"{HOST}-os-hostkey", ssh_host_privatekey=OS_KEY.private, ssh_host_publickey=OS_KEY.public),
+)
+
+
+def _machine(uid: str = "machine-uid-target", **annotations: str) -> tuple[str, Obj]:
+    return (
+        "hetznergpumachines",
+        {
+            "metadata": {
+                "name": MACHINE,
+                "uid": uid,
+                "labels": {domain.CLUSTER_NAME_LABEL: "dev"},
+                "annotations": {domain.ANNOTATION_HOST: HOST, **annotations},
+                "ownerReferences": [{"kind": "Machine", "name": MACHINE}],
+            },
+            "spec": {},
+        },
+    )
+
+
+def _cluster(paused: bool) -> tuple[str, Obj]:
+    return ("clusters", {"metadata": {"name": "dev"}, "spec": {"paused": paused}})
+
+
+def _deps(kube: FakeKube) -> Deps:
+    NoSSH.opened = 0
+    settings = Settings(robot_url="http://127.0.0.1:9")
+    return Deps(kube, settings, None, RobotClients(settings), clock=lambda: T0, shell_factory=NoSSH)  # type: ignore[arg-type]
+
+
+def _ready(kube: FakeKube) -> dict[str, str]:
+    conds = (kube.host().get("status") or {}).get("conditions") or []
+    return {c["type"]: f"{c['status']}/{c['reason']}" for c in conds}
+
+
+def _host_writes(kube: FakeKube) -> list[tuple[str, str, str, str | None, Any]]:
+    return [w for w in kube.writes if w[1] == "hetznergpuhosts"]
+
+
+async def test_a_moved_provisioned_host_whose_machine_is_not_there_yet_is_restored_and_waits() -> None:
+    kube = FakeKube(("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))), *SECRETS, OS_SECRET)
+    deps = _deps(kube)
+    await host_loop.reconcile(deps, NS, HOST)
+    status = kube.host()["status"]
+    assert (status["state"], status.get("operations", [])) == ("Provisioned", [])
+    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.CONSUMER_MISSING}"
+    assert NoSSH.opened == 0
+    assert not [w for w in kube.writes if w[0] == "create"]  # no new OS host key
+    await host_loop.reconcile(deps, NS, HOST)  # and again: still nothing
+    assert kube.host()["status"]["state"] == "Provisioned" and NoSSH.opened == 0
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        _status(HostState.REGISTERING),  # no snapshot: what the old controller left
+        _status(HostState.AVAILABLE),
+        _status(HostState.PROVISIONING, Step.CONFIGURE),
+    ],
+)
+async def test_a_host_whose_consumer_does_not_exist_never_inspects_rescues_or_resets(
+    status: HetznerGPUHostStatus,
+) -> None:
+    kube = FakeKube(("hetznergpuhosts", _host(status, None)), *SECRETS, OS_SECRET)
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    after = kube.host()["status"]
+    assert (after["state"], after.get("step"), after.get("operations", [])) == (
+        status.state.value,
+        status.step.value if status.step else None,
+        [],
+    )
+    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.CONSUMER_MISSING}"
+    assert NoSSH.opened == 0
+
+
+async def test_a_consumer_recreated_with_a_new_uid_is_refreshed_and_the_host_stays_provisioned() -> None:
+    kube = FakeKube(
+        ("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))),
+        *SECRETS,
+        OS_SECRET,
+        _machine(),
+        _cluster(False),
+    )
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    host = kube.host()
+    assert host["spec"]["consumerRef"]["uid"] == "machine-uid-target"
+    assert (host["status"]["state"], _ready(kube)["Ready"]) == ("Provisioned", "True/Provisioned")
+    assert NoSSH.opened == 0
+
+
+async def test_a_pinned_key_whose_secret_has_not_arrived_is_waited_for_never_replaced() -> None:
+    kube = FakeKube(
+        ("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))), *SECRETS, _machine(), _cluster(False)
+    )
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    assert not [w for w in kube.writes if w[0] == "create"]
+    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.OS_HOST_KEY_MISSING}"
+    assert kube.host()["status"]["hostKeys"]["os"] == OS_KEY.public
+
+
+async def test_an_unreadable_snapshot_writes_a_condition_and_touches_nothing() -> None:
+    host = _host(None, None, **{domain.ANNOTATION_STATUS: '{"state": "Dancing"}'})
+    kube = FakeKube(("hetznergpuhosts", host), *SECRETS, OS_SECRET, _machine(), _cluster(False))
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    assert "state" not in kube.host()["status"]  # still "arrived without status": never a fresh Registering
+    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.STATUS_SNAPSHOT_INVALID}"
+    assert NoSSH.opened == 0
+
+
+@pytest.mark.parametrize(
+    ("host_annotations", "cluster_paused", "machine_annotations"),
+    [
+        ({domain.PAUSED_ANNOTATION: ""}, False, {}),
+        ({}, True, {}),
+        ({}, False, {domain.PAUSED_ANNOTATION: ""}),
+    ],
+    ids=["host annotation", "Cluster.spec.paused", "consumer annotation"],
+)
+async def test_a_paused_host_writes_only_its_paused_condition_and_drops_block_move(
+    host_annotations: dict[str, str], cluster_paused: bool, machine_annotations: dict[str, str]
+) -> None:
+    status = _status(HostState.PROVISIONING, Step.CONFIGURE)
+    host = _host(status, status, **host_annotations, **{domain.BLOCK_MOVE_ANNOTATION: ""})
+    kube = FakeKube(
+        ("hetznergpuhosts", host), *SECRETS, OS_SECRET, _machine("machine-uid-source", **machine_annotations),
+        _cluster(cluster_paused),
+    )  # fmt: skip
+    deps = _deps(kube)
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _ready(kube)["Paused"] == "True/Paused"
+    assert domain.BLOCK_MOVE_ANNOTATION not in kube.host()["metadata"]["annotations"]
+    assert kube.host()["status"]["state"] == "Provisioning" and kube.host()["status"]["step"] == "Configure"
+    kube.writes.clear()
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _host_writes(kube) == [] and NoSSH.opened == 0  # paused: not one more write
+
+
+async def test_a_paused_host_with_a_destructive_step_open_finishes_it_under_block_move() -> None:
+    status = _status(HostState.PROVISIONING, Step.REBOOT_OS, ("reset-ssh",))
+    kube = FakeKube(
+        ("hetznergpuhosts", _host(status, None)), *SECRETS, OS_SECRET, _machine("machine-uid-source"), _cluster(True)
+    )
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    assert NoSSH.opened == 1  # still watching the reboot it sent
+    assert _ready(kube)["Paused"] == "False/NotPaused"
+    annotations = kube.host()["metadata"]["annotations"]
+    assert domain.BLOCK_MOVE_ANNOTATION in annotations
+    assert hostmove.restore(annotations[domain.ANNOTATION_STATUS]).operations[-1].name == "reset-ssh"
+
+
+async def test_an_unpaused_host_says_not_paused_and_carries_its_snapshot() -> None:
+    status = _status(HostState.PROVISIONED)
+    kube = FakeKube(
+        ("hetznergpuhosts", _host(status, None)), *SECRETS, OS_SECRET, _machine("machine-uid-source"), _cluster(False)
+    )
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    assert _ready(kube)["Paused"] == "False/NotPaused"
+    writes = _host_writes(kube)
+    snap = next(i for i, w in enumerate(writes) if domain.ANNOTATION_STATUS in str(w[4]))
+    first_status = next(i for i, w in enumerate(writes) if w[3] == "status")
+    assert snap < first_status  # the snapshot is written before the status it mirrors
+    restored = hostmove.restore(kube.host()["metadata"]["annotations"][domain.ANNOTATION_STATUS])
+    assert restored.state is HostState.PROVISIONED and restored.host_keys.os == OS_KEY.public

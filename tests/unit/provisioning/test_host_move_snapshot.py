@@ -1,0 +1,93 @@
+"""What a host carries through clusterctl move: its status snapshot round-trips (without the derived
+conditions), an object without status is told apart from one with status, an unreadable snapshot is
+refused, and which recorded operations keep a step open (block-move) and which do not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from capi_gpu.api.base import Condition, ConditionStatus
+from capi_gpu.api.host import (
+    GPUInfo,
+    HardwareDetails,
+    HetznerGPUHostStatus,
+    HostKeys,
+    HostState,
+    Operation,
+    Step,
+)
+from capi_gpu.provisioning import hostmove
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def _status(
+    state: HostState, step: Step | None = None, ops: tuple[tuple[str, str | None, int], ...] = ()
+) -> HetznerGPUHostStatus:
+    """ops: (name, outcome, seconds after the step began; negative = before it)."""
+    return HetznerGPUHostStatus(
+        state=state,
+        step=step,
+        step_started_at=T0,
+        operations=[
+            Operation(name=name, requested_at=T0 + timedelta(seconds=at), outcome=outcome) for name, outcome, at in ops
+        ],
+    )
+
+
+def test_a_snapshot_restores_everything_but_the_derived_conditions() -> None:
+    status = _status(HostState.PROVISIONING, Step.CONFIGURE, (("installimage", "Sent", -60), ("reset-ssh", "Sent", -5)))
+    status.host_keys = HostKeys(os="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPinned gex-1")
+    status.hardware = HardwareDetails(cpu_threads=32, gpus=[GPUInfo(vendor_id="10de", device_id="2bb5", model="rtx")])
+    status.prepared, status.boot_id, status.error_count = "img/layout", "b-1", 2
+    status.conditions = [
+        Condition(type="Ready", status=ConditionStatus.FALSE, reason="Provisioning", last_transition_time=T0)
+    ]
+    text = hostmove.snapshot(status)
+    assert "conditions" not in text
+    restored = hostmove.restore(text)
+    assert restored.model_dump() == status.model_copy(update={"conditions": []}).model_dump()
+    assert hostmove.snapshot(restored) == text  # stable: an unchanged status never rewrites the annotation
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"state": "Dancing"}', '{"operations": [{"name": "X"}]}'])
+def test_an_unreadable_snapshot_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        hostmove.restore(text)
+
+
+@pytest.mark.parametrize(
+    ("raw", "lost"),
+    [(None, True), ({}, True), ({"conditions": []}, True), ({"state": "Provisioned"}, False)],
+)
+def test_status_lost_means_no_state_at_all(raw: object, lost: bool) -> None:
+    assert hostmove.status_lost(raw) is lost
+
+
+@pytest.mark.parametrize(
+    ("state", "step", "ops", "blocks"),
+    [
+        # rescue armed and the reset sent, rescue not reached yet: the step is open
+        (HostState.PROVISIONING, Step.RESCUE, (("activate-rescue", "Sent", 1), ("reset-sw", "Sent", 2)), True),
+        # recorded, not yet sent (a crash may come next): open as well
+        (HostState.INSPECTING, Step.RESCUE, (("activate-rescue", None, 1),), True),
+        (HostState.PROVISIONING, Step.INSTALL, (("installimage", "Sent", 1),), True),
+        (HostState.PROVISIONING, Step.REBOOT_OS, (("reset-ssh", "Sent", 1),), True),
+        (HostState.STANDBY_PREPARING, Step.WIPE, (("wipe", None, 1),), True),
+        # nothing destructive open in this step: safe to move
+        (HostState.PROVISIONING, Step.RESCUE, (), False),
+        (HostState.PROVISIONING, Step.CONFIGURE, (("reset-ssh", "Sent", -30),), False),  # confirmed: step moved on
+        (HostState.PROVISIONING, Step.BOOTSTRAP, (("bootstrap", None, 1),), False),  # recorded, not destructive
+        (HostState.PROVISIONING, Step.RESCUE, (("activate-rescue", "Deferred", 1),), False),
+        (HostState.PROVISIONING, Step.RESCUE, (("activate-rescue", "NotSent", 1),), False),
+        (HostState.PROVISIONING, Step.RESCUE, (("reset-sw", "Failed: 500", 1),), False),
+        (HostState.PROVISIONED, None, (("reset-ssh", "Sent", 1),), False),
+        (HostState.AVAILABLE, None, (), False),
+    ],
+)
+def test_block_move_while_a_destructive_step_is_recorded_and_unconfirmed(
+    state: HostState, step: Step | None, ops: tuple[tuple[str, str | None, int], ...], blocks: bool
+) -> None:
+    assert hostmove.in_flight(_status(state, step, ops)) is blocks
