@@ -202,7 +202,14 @@ def _check_disks(host: HetznerGPUHost, shell: ssh.HostShell, wiping: bool) -> Ac
 
 def _wipe(host: HetznerGPUHost, shell: ssh.HostShell, wipe: list[str]) -> ActionResult:
     disks = [d.wwn for d in (host.status.hardware.disks if host.status.hardware else [])]
-    targets = disks if "all" in wipe else [w for w in wipe if w in disks]
+    unknown = [w for w in wipe if w != "all" and w not in disks]
+    if unknown:
+        # A typo must not shrink the wipe to the disks that happen to match: say so, and wipe nothing.
+        return ActionResult.failed(
+            ErrorType.PROVISIONING,
+            f"the wipe-disk annotation names {unknown}, which match no disk of this host ({disks}); nothing wiped",
+        )
+    targets = disks if "all" in wipe else wipe
     shell.wipe(targets)
     return ActionResult.ok(message=f"wiped {targets}")
 

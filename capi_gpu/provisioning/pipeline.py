@@ -19,6 +19,7 @@ from capi_gpu.provisioning.model import (
     SSHOutcome,
 )
 from capi_gpu.provisioning.transitions import (
+    INTERRUPTED,
     NOT_SENT,
     SENT,
     Context,
@@ -126,9 +127,19 @@ def step_check_disks(ctx: Context) -> Decision:
 
 
 def step_wipe(ctx: Context) -> Decision:
-    if op_in_step(ctx, ActionKind.WIPE) is not None:
-        return goto(ctx, ctx.status.state, Step.INSTALL)
-    return act(ctx, ActionKind.WIPE)
+    op = op_in_step(ctx, ActionKind.WIPE)
+    if op is None:
+        return act(ctx, ActionKind.WIPE)
+    if op.outcome is None:
+        # Recorded, outcome never written: a crash between the record and the result. CheckDisks skipped the
+        # other-OS check because a wipe was asked, so going on would install beside what the wipe was for;
+        # wipefs is idempotent, so run it again rather than skip it.
+        return act(
+            settle(ctx, op, INTERRUPTED),
+            ActionKind.WIPE,
+            note=Note("WipeRepeated", "a wipe was recorded but its outcome never was; wiping again"),
+        )
+    return goto(ctx, ctx.status.state, Step.INSTALL)
 
 
 def step_install(ctx: Context) -> Decision:

@@ -26,6 +26,7 @@ from capi_gpu.provisioning.model import (
 SENT = "Sent"
 DEFERRED = "Deferred"
 NOT_SENT = "NotSent"  # recorded, then proven never to have left: a crash came between the record and the send
+INTERRUPTED = "Interrupted"  # recorded, outcome unknown after a crash, and safe to repeat (wipefs)
 PIPELINE_STATES = (HostState.INSPECTING, HostState.PROVISIONING, HostState.STANDBY_PREPARING)
 # Errors a retry cannot fix without a human.
 PERMANENT_ERRORS = frozenset(
@@ -132,7 +133,7 @@ def op_in_step(ctx: Context, kind: ActionKind) -> Operation | None:
         op
         for op in ctx.status.operations
         if op.name == kind.value
-        and op.outcome not in (DEFERRED, NOT_SENT)
+        and op.outcome not in (DEFERRED, NOT_SENT, INTERRUPTED)
         and (since is None or op.requested_at >= since)
     ]
     return ops[-1] if ops else None

@@ -318,13 +318,23 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
     ),
     ("wipe", in_rescue(host(P, Step.WIPE)), Observations(claimed=True), {}, P, Step.WIPE, A.WIPE),
     (
-        "wipe-recorded-moves-on",
-        in_rescue(host(P, Step.WIPE, ops=[("wipe", S, None)])),
+        "wipe-done-moves-on",
+        in_rescue(host(P, Step.WIPE, ops=[("wipe", S, "Sent")])),
         Observations(claimed=True),
         {},
         P,
         Step.INSTALL,
         None,
+    ),
+    (
+        # A crash between recording the wipe and its result: wipe again (idempotent), never skip to Install.
+        "wipe-recorded-without-outcome-runs-again",
+        in_rescue(host(P, Step.WIPE, ops=[("wipe", S, None)])),
+        Observations(claimed=True),
+        {},
+        P,
+        Step.WIPE,
+        A.WIPE,
     ),
     (
         "install-start",
@@ -753,7 +763,14 @@ PROVEN_NOT_SENT = {
     "rescue-crash-activation-never-left-old-keys",
     "bootstrap-crash-before-start-sends-it",
 }
-RESTART_ROWS = [r for r in ROWS if r[6] in RECORDED and r[6] is not A.START_INSTALL and r[0] not in PROVEN_NOT_SENT]
+# A wipe is repeated by design after a crash that left it without an outcome (wipefs is idempotent; skipping it
+# would install beside the OS it was asked to clear): test_interrupted_wipe_runs_again checks it.
+REPEATABLE = {A.WIPE}
+RESTART_ROWS = [
+    r
+    for r in ROWS
+    if r[6] in RECORDED and r[6] is not A.START_INSTALL and r[6] not in REPEATABLE and r[0] not in PROVEN_NOT_SENT
+]
 
 
 @pytest.mark.parametrize(("h", "obs", "ctx"), [r[1:4] for r in RESTART_ROWS], ids=[r[0] for r in RESTART_ROWS])
@@ -764,6 +781,19 @@ def test_restart_never_resends_a_recorded_action(h: Any, obs: Observations, ctx:
     assert first.status.operations[-1].outcome is None
     again = decide(h.model_copy(update={"status": first.status}), obs, now=T0 + timedelta(seconds=1), **ctx)
     assert again.action is None or again.action.kind is not first.action.kind
+
+
+def test_interrupted_wipe_runs_again_and_then_moves_on() -> None:
+    """Crash after recording the wipe, before its outcome: the next pass wipes again (the open record marked
+    Interrupted, a new attempt recorded), and once that attempt has its outcome the host goes on to Install."""
+    first = decide(in_rescue(host(P, Step.WIPE)), Observations(claimed=True))
+    assert first.action is not None and first.action.kind is A.WIPE
+    crashed = in_rescue(host(P, Step.WIPE)).model_copy(update={"status": first.status})
+    again = decide(crashed, Observations(claimed=True), now=T0 + timedelta(seconds=1))
+    assert again.action is not None and again.action.kind is A.WIPE
+    wipes = [(op.attempt, op.outcome) for op in again.status.operations if op.name == "wipe"]
+    assert wipes == [(1, "Interrupted"), (2, None)]
+    assert any(n.reason == "WipeRepeated" for n in again.notes)
 
 
 def test_recorded_installimage_is_restarted_only_when_the_server_proves_it_never_ran() -> None:
