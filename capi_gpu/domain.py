@@ -38,6 +38,8 @@ CA_CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
 # Per node group: how long a scale-up may take before CA gives up on it (15 m default; bare metal needs
 # far more: installimage, reboots, driver and MIG layout).
 CA_MAX_NODE_PROVISION_TIME_ANNOTATION: Final = "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime"
+# CA's clusterapi GPU label. Never put on our nodes or template nodes: CA 1.36 treats a node carrying it
+# without nvidia.com/gpu allocatable (every DRA node) as having an unready GPU, for ever.
 CA_ACCELERATOR_LABEL: Final = "cluster-api/accelerator"
 # Scale-from-zero capacity annotations on a MachineDeployment (cluster-autoscaler's clusterapi provider).
 CA_CAPACITY_CPU: Final = f"{CA_CAPACITY_PREFIX}cpu"

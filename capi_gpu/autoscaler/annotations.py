@@ -19,7 +19,11 @@ template (CA's rule), and only annotations carry labels, taints and the DRA driv
   A node with a MIG layout gets neither: the synthetic slice would promise whole GPUs the node does not
   offer, so CA could add a MIG node for a whole-GPU claim it can never serve. MIG claims are the
   claim-aware scaler's (``capi_gpu.autoscaler.scaler``);
-* ``labels``: ``cluster-api/accelerator=<model>``, our GPU label and our MIG layout label;
+* ``labels``: our GPU label and our MIG layout label. Never ``cluster-api/accelerator`` (CA's clusterapi
+  GPU label): CA 1.36 counts a ready node with that label and no ``nvidia.com/gpu`` allocatable as one
+  whose GPU is not up yet (``processors/customresources/gpu_processor.go``), and a DRA node never has that
+  allocatable, so every GPU-ready node looked unready and CA never scaled. An old entry is removed; our
+  startup taint already tells CA a new node is still coming up;
 * ``taints``: the startup taint ``readiness.k8s.io/gpu-not-ready:NoSchedule``, which CA strips from the
   template node when run with ``--startup-taint-prefix=readiness.k8s.io/`` (and which, without that
   flag, keeps CA from scaling for pods that don't tolerate it: a visible misconfiguration, not a silent one).
@@ -96,12 +100,10 @@ def desired(
             f"MIG layout {shape.layout_key}: no dra-driver/gpu-type; CA's synthetic slice can only say type=gpu "
             "(kubernetes/autoscaler#10199), a device this node does not offer. The claim-aware scaler covers MIG."
         )
-    ours = {
-        domain.CA_ACCELERATOR_LABEL: shape.model.key,
-        domain.LABEL_GPU_PRESENT: "true",
-        domain.LABEL_LAYOUT: shape.layout_key,
-    }
-    ann[domain.CA_CAPACITY_LABELS] = _join_labels({**_parse_labels(current.get(domain.CA_CAPACITY_LABELS)), **ours})
+    ours = {domain.LABEL_GPU_PRESENT: "true", domain.LABEL_LAYOUT: shape.layout_key}
+    theirs = _parse_labels(current.get(domain.CA_CAPACITY_LABELS))
+    theirs.pop(domain.CA_ACCELERATOR_LABEL, None)
+    ann[domain.CA_CAPACITY_LABELS] = _join_labels({**theirs, **ours})
     ann[domain.CA_CAPACITY_TAINTS] = _with_taint(current.get(domain.CA_CAPACITY_TAINTS), STARTUP_TAINT)
     labels: dict[str, str] = {}
     if owner is not None:

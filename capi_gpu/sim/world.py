@@ -174,7 +174,7 @@ class World:
                     },
                     {
                         "name": "node-labels",
-                        "value": f"{domain.CA_ACCELERATOR_LABEL}=rtx-pro-6000,{domain.LABEL_GPU_PRESENT}=true",
+                        "value": f"{domain.LABEL_GPU_PRESENT}=true",
                     },
                 ],
             },

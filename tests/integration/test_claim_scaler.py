@@ -274,7 +274,8 @@ def test_annotate_writes_the_ca_annotations_and_the_owner(
     assert done["applied"] is True
     assert md["annotations"][domain.CA_CAPACITY_MEMORY] == "257614Mi"
     assert md["annotations"][domain.CA_CAPACITY_TAINTS] == "readiness.k8s.io/gpu-not-ready:NoSchedule"
-    assert "cluster-api/accelerator=rtx-pro-6000" in md["annotations"][domain.CA_CAPACITY_LABELS]
+    assert "gpu.infrastructure.cluster.x-k8s.io/gpu=true" in md["annotations"][domain.CA_CAPACITY_LABELS]
+    assert domain.CA_ACCELERATOR_LABEL not in md["annotations"][domain.CA_CAPACITY_LABELS]
     assert domain.CA_CAPACITY_DRA_DRIVER not in md["annotations"]  # MIG layout: CA can't describe it
     assert md["labels"][domain.LABEL_SCALER_OWNER] == "cluster-autoscaler"
     assert cli.main(argv) == 0
