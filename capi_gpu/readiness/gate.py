@@ -211,7 +211,7 @@ class ClusterGate:
                 self.nodes.pop(name, None)
                 self.verdicts.pop(name, None)
                 return False
-            await self._write_gate_slice(node, verdict)
+            await self._write_gate_slice(node, verdict, decisions.gate_device_count(target.expected))
             if target.capi_machine and (
                 before is None or before.ready != verdict.ready or before.reason != verdict.reason
             ):
@@ -246,21 +246,20 @@ class ClusterGate:
             return False
         return True
 
-    async def _write_gate_slice(self, node: Obj, verdict: decisions.PoolVerdict) -> None:
+    async def _write_gate_slice(self, node: Obj, verdict: decisions.PoolVerdict, devices: int) -> None:
         name = node["metadata"]["name"]
         slice_name = decisions.gate_slice_name(name)
         current = self.slices.get(slice_name)
         generation = int((current or {}).get("spec", {}).get("pool", {}).get("generation", 0))
-        desired = decisions.gate_slice(name, max(1, generation), ready=verdict.ready, node_uid=node["metadata"]["uid"])
+        uid = node["metadata"]["uid"]
+        desired = decisions.gate_slice(name, max(1, generation), devices=devices, ready=verdict.ready, node_uid=uid)
         if current is not None and _devices(current) == _devices(desired):
             return
         try:
             if current is None:
                 self.slices[slice_name] = await self.wl.create(RESOURCESLICES, desired)
             else:
-                desired = decisions.gate_slice(
-                    name, generation + 1, ready=verdict.ready, node_uid=node["metadata"]["uid"]
-                )
+                desired = decisions.gate_slice(name, generation + 1, devices=devices, ready=verdict.ready, node_uid=uid)
                 desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 self.slices[slice_name] = await self.wl.replace(RESOURCESLICES, desired)
         except Conflict:

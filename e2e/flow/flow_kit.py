@@ -249,7 +249,7 @@ def check_bound(world: World, b: Bound, profile: str) -> None:
     slug = profile.replace(".", "")
     assert b.pool == b.node == b.gate_pool, b
     assert b.device in expected_device_names(world) and f"-mig-{slug}-" in b.device, b
-    assert b.gate_device == domain.GATE_DEVICE_NAME, b
+    assert b.gate_device.startswith(f"{domain.GATE_DEVICE_NAME}-"), b
     assert b.gate_conditions == {domain.GATE_BINDING_CONDITION: "True", domain.GATE_FAILURE_CONDITION: "False"}, b
     device = published_devices(world, b.node).get(b.device)
     assert device is not None and not device.get("taints"), f"{b.device} is not a free published device: {device}"

@@ -1,9 +1,9 @@
 """The claim layer of the gate: our gate device's slice, and when its binding condition turns True.
 
 NVIDIA's slices carry no ``bindingConditions`` and belong to NVIDIA's kubelet plugin, so we publish our
-own node-local pool with one ``gate`` device per GPU node. The shipped ResourceClaimTemplates ask for a
-MIG device *and* the gate device; kube-scheduler copies the gate's binding conditions into the
-allocation and waits in PreBind (polling every 5 s) until ``status.devices[]`` for the gate says
+own node-local pool of ``gate-<i>`` devices, one per GPU device the node's layout promises. The shipped
+ResourceClaimTemplates ask for a MIG device *and* a gate device; kube-scheduler copies the gate's binding
+conditions into the allocation and waits in PreBind (polling every 5 s) until ``status.devices[]`` for the gate says
 ``gpu-ready`` True (bind) or ``gpu-failed`` True (deallocate and try again, possibly elsewhere).
 
 Co-location needs no ``matchAttribute`` constraint: both the NVIDIA slice and the gate slice set
@@ -101,8 +101,21 @@ def gate_slice_name(node_name: str) -> str:
     return f"{node_name[: _NAME_LIMIT - len(digest) - 6]}-{digest}-gate"
 
 
-def gate_slice(node_name: str, generation: int, *, ready: bool = True, node_uid: str | None = None) -> dict[str, Any]:
-    """The ResourceSlice our gate driver publishes for one GPU node (one pool, one slice, one device).
+def gate_device_count(expected: pools.ExpectedPool) -> int:
+    """One gate device per GPU device the layout promises: every claim holds one, so none runs out first."""
+    return max(1, sum(expected.profiles.values()) + expected.full_gpus)
+
+
+def gate_slice(
+    node_name: str, generation: int, *, devices: int = 1, ready: bool = True, node_uid: str | None = None
+) -> dict[str, Any]:
+    """The ResourceSlice our gate driver publishes for one GPU node (one pool, one slice).
+
+    ``devices`` exclusive gate devices, not one shared device: cluster-autoscaler rates a node by its
+    busiest pool (``HighestDynamicResourceUtilization``, allocated / published devices). A single device
+    that every claim shares counts as 100 % used once any claim holds it, so a node with one of four MIG
+    devices busy would never be drained to consolidate; with one gate device per GPU device the gate pool
+    is exactly as busy as the GPU pool. Pass ``gate_device_count(expected)``.
 
     ``ready=False`` (pass the node verdict) taints the gate device ``NoSchedule``, so new allocations
     avoid the node even for pods that tolerate its startup taint, and a claim failed here is not
@@ -115,14 +128,16 @@ def gate_slice(node_name: str, generation: int, *, ready: bool = True, node_uid:
         metadata["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
         ]
-    device: dict[str, Any] = {
-        "name": domain.GATE_DEVICE_NAME,
-        "allowMultipleAllocations": True,
-        "bindingConditions": [domain.GATE_BINDING_CONDITION],
-        "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
-    }
-    if not ready:
-        device["taints"] = [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
+    items: list[dict[str, Any]] = []
+    for i in range(max(1, devices)):
+        device: dict[str, Any] = {
+            "name": f"{domain.GATE_DEVICE_NAME}-{i}",
+            "bindingConditions": [domain.GATE_BINDING_CONDITION],
+            "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
+        }
+        if not ready:
+            device["taints"] = [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
+        items.append(device)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -131,7 +146,7 @@ def gate_slice(node_name: str, generation: int, *, ready: bool = True, node_uid:
             "driver": domain.GATE_DRIVER,
             "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
             "nodeName": node_name,
-            "devices": [device],
+            "devices": items,
         },
     }
 

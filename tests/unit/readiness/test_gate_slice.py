@@ -1,4 +1,5 @@
-"""Gate ResourceSlice shape: driver name limits, node-local pool, one shared device, binding conditions."""
+"""Gate ResourceSlice shape: driver name limits, node-local pool, one exclusive device per GPU device (so
+cluster-autoscaler's per-pool utilisation sees the gate pool as busy as the GPU pool), binding conditions."""
 
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ def test_gate_slice_shape() -> None:
     assert spec["nodeName"] == "gex131-a"
     (device,) = spec["devices"]
     assert device == {
-        "name": "gate",
-        "allowMultipleAllocations": True,
+        "name": "gate-0",
         "bindingConditions": [domain.GATE_BINDING_CONDITION],
         "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
     }
@@ -68,7 +68,20 @@ def test_long_node_names_still_give_a_valid_slice_name() -> None:
 def test_gate_slice_is_what_a_pool_reader_sees_as_one_complete_pool() -> None:
     (pool,) = decisions.current_pools([decisions.gate_slice("n", 2)], "n", domain.GATE_DRIVER).values()
     assert pool.complete
-    assert set(pool.devices) == {domain.GATE_DEVICE_NAME}
+    assert set(pool.devices) == {"gate-0"}
+
+
+def test_one_exclusive_gate_device_per_gpu_device_of_the_layout() -> None:
+    # all-1g.24gb: four MIG devices, so four claims can each hold a gate device of their own; a claim
+    # holding one of them makes the pool 25 % used in CA's eyes (allocated / published), as the MIG pool is.
+    four = decisions.ExpectedPool(profiles={"1g.24gb": 4})
+    assert decisions.gate_device_count(four) == 4
+    assert decisions.gate_device_count(decisions.ExpectedPool(full_gpus=1)) == 1
+    assert decisions.gate_device_count(decisions.ExpectedPool()) == 1
+    devices = decisions.gate_slice("n", 1, devices=4)["spec"]["devices"]
+    assert [d["name"] for d in devices] == ["gate-0", "gate-1", "gate-2", "gate-3"]
+    assert not any("allowMultipleAllocations" in d for d in devices)
+    assert all(d["bindingConditions"] == [domain.GATE_BINDING_CONDITION] for d in devices)
 
 
 def test_gate_device_is_tainted_while_the_node_is_not_ready() -> None:
