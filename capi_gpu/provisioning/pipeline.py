@@ -148,11 +148,19 @@ def step_install(ctx: Context) -> Decision:
         if elapsed(ctx) > ctx.timing.install:
             return fail(ctx, ErrorType.INSTALL_FAILED, f"rescue unreachable during installimage: {obs.ssh}")
         return wait(ctx, ctx.timing.poll)
+    standby = ctx.status.state is HostState.STANDBY_PREPARING
+    finished = obs.install in (InstallProgress.SUCCEEDED, InstallProgress.FAILED)
+    if finished and op_in_step(ctx, ActionKind.START_INSTALL) is None:
+        # An exit record this step never started: an earlier attempt's, left in the same rescue session (a
+        # retry after a failure resumes in rescue without a reboot). Read as ours it would fail every retry
+        # with the old error, or pass an install that never ran; the start clears it and runs afresh.
+        note = Note("InstallRestarted", f"ignoring the exit record of an earlier installimage ({obs.install.value})")
+        return act(ctx, ActionKind.START_INSTALL, standby=standby, note=note)
     match obs.install:
         case InstallProgress.NOT_STARTED:
             # Nothing on the server says it ran, so starting it is not a repeat (the start itself refuses
             # to run twice, and the step's record tells an audit what happened).
-            return act(ctx, ActionKind.START_INSTALL, standby=ctx.status.state is HostState.STANDBY_PREPARING)
+            return act(ctx, ActionKind.START_INSTALL, standby=standby)
         case InstallProgress.RUNNING:
             if elapsed(ctx) > ctx.timing.install:
                 return fail(

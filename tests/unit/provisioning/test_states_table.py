@@ -365,7 +365,7 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
     ),
     (
         "install-done",
-        in_rescue(host(P, Step.INSTALL)),
+        in_rescue(host(P, Step.INSTALL, ops=[("installimage", S, "Sent")])),
         Observations(claimed=True, ssh=ssh(), install=InstallProgress.SUCCEEDED),
         {},
         P,
@@ -374,7 +374,7 @@ ROWS: list[tuple[str, Any, Observations, dict[str, Any], HostState, Step | None,
     ),
     (
         "install-failed",
-        in_rescue(host(P, Step.INSTALL)),
+        in_rescue(host(P, Step.INSTALL, ops=[("installimage", S, "Sent")])),
         Observations(claimed=True, ssh=ssh(), install=InstallProgress.FAILED, install_log="PART: bad"),
         {},
         HostState.ERROR,
@@ -742,7 +742,8 @@ def test_permanent_errors_never_requeue_and_retryable_ones_back_off() -> None:
     assert perm.status.error_permanent and perm.requeue_after is None
     assert perm.status.error_type is ErrorType.HOST_KEY_MISMATCH
     retry = decide(
-        in_rescue(host(P, Step.INSTALL)), Observations(claimed=True, ssh=ssh(), install=InstallProgress.FAILED)
+        in_rescue(host(P, Step.INSTALL, ops=[("installimage", S, "Sent")])),
+        Observations(claimed=True, ssh=ssh(), install=InstallProgress.FAILED),
     )
     assert not retry.status.error_permanent
     assert retry.requeue_after == TIMING.error_backoff_base
@@ -750,7 +751,7 @@ def test_permanent_errors_never_requeue_and_retryable_ones_back_off() -> None:
 
 
 def test_retryable_error_becomes_permanent_after_max_retries() -> None:
-    h = in_rescue(host(P, Step.INSTALL, error_count=TIMING.max_retries))
+    h = in_rescue(host(P, Step.INSTALL, ops=[("installimage", S, "Sent")], error_count=TIMING.max_retries))
     d = decide(h, Observations(claimed=True, ssh=ssh(), install=InstallProgress.FAILED))
     assert d.status.error_permanent and "gave up" in (d.status.error_message or "")
 
@@ -794,6 +795,18 @@ def test_interrupted_wipe_runs_again_and_then_moves_on() -> None:
     wipes = [(op.attempt, op.outcome) for op in again.status.operations if op.name == "wipe"]
     assert wipes == [(1, "Interrupted"), (2, None)]
     assert any(n.reason == "WipeRepeated" for n in again.notes)
+
+
+@pytest.mark.parametrize("stale", [InstallProgress.FAILED, InstallProgress.SUCCEEDED])
+def test_a_retry_does_not_reread_an_earlier_installimage_exit_record(stale: InstallProgress) -> None:
+    """After a failed installimage the retry resumes in the same rescue session, where the old exit record
+    still lies: with no start recorded in this Install step, it is not ours, so installimage runs afresh
+    (the start clears the record) instead of failing again with the old error until the retries run out."""
+    h = in_rescue(host(P, Step.INSTALL, error_count=1))
+    d = decide(h, Observations(claimed=True, ssh=ssh(), install=stale, install_log="ERROR: old failure"))
+    assert d.action is not None and d.action.kind is A.START_INSTALL
+    assert d.status.state is P and d.status.error_count == 1
+    assert any(n.reason == "InstallRestarted" for n in d.notes)
 
 
 def test_recorded_installimage_is_restarted_only_when_the_server_proves_it_never_ran() -> None:
