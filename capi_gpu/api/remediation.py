@@ -31,8 +31,8 @@ class RemediationStrategy(KubeModel):
 
     type: RemediationType = RemediationType.REBOOT
     """Reboot is the only strategy."""
-    retry_limit: Annotated[int, Field(ge=1, le=10)] = 1
-    """Resets to try before giving up."""
+    retry_limit: Annotated[int, Field(ge=0, le=10)] = 1
+    """Resets to try before giving up; 0 hands the Machine straight back to its owner."""
     timeout_seconds: Annotated[int, Field(ge=60, le=7200)] = 600
     """How long to wait for the node to become healthy after each reset."""
     cooldown_seconds: Annotated[int, Field(ge=0, le=86400)] = 1800

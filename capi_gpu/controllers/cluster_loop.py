@@ -103,10 +103,11 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     conds = c.set_condition(
         conds, c.Type.PAUSED, paused, c.Reason.PAUSED if paused else c.Reason.NOT_PAUSED, "", now, gen
     )
-    if paused:
-        await deps.kube.patch(
-            CLUSTERS, name, {"status": {"conditions": [x.wire() for x in conds]}}, namespace, sub="status"
-        )
+    if paused:  # one write when it changes, then none: the source of a clusterctl move stays still
+        if [x.model_dump() for x in conds] != [x.model_dump() for x in hgc.status.conditions]:
+            await deps.kube.patch(
+                CLUSTERS, name, {"status": {"conditions": [x.wire() for x in conds]}}, namespace, sub="status"
+            )
         return 60.0
     ok, reason, msg, digest = await _credentials(deps, hgc, namespace)
     conds = c.set_condition(conds, c.Type.ROBOT_CREDENTIALS_VALID, ok, reason, msg, now, gen)

@@ -1,8 +1,10 @@
 """HetznerGPURemediation: MachineHealthCheck's external remediation, by Robot hardware reset.
 
 As in CAPH: reset the server, prove the reboot by a changed Node boot id, wait for the node to be
-healthy again, retry up to ``retryLimit``, then Reuse (delete the Machine; the host returns to the pool)
-or Retire (the host is never chosen again). The reset is recorded in status (retryCount, lastRemediated,
+healthy again, retry up to ``retryLimit`` (0: no reset at all), then hand the Machine back to its owner
+as the MachineHealthCheck external-remediation contract says: ``OwnerRemediated=False`` on the Machine,
+and its MachineSet (or control plane) deletes and replaces it; we never delete it ourselves. Reuse: the
+host returns to the pool; Retire: it is never chosen again. The reset is recorded in status (retryCount, lastRemediated,
 bootIDBefore) before it is sent, so a restarted controller waits for it instead of resetting twice.
 A cooldown stops a flapping host from being reset over and over.
 """
@@ -17,7 +19,7 @@ from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.remediation import HetznerGPURemediation, OnExhaustion, RemediationPhase
-from capi_gpu.controllers import events, loops, workload
+from capi_gpu.controllers import events, loops, pause, workload
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, MACHINES
 from capi_gpu.hetzner import errors as robot_errors
@@ -25,6 +27,8 @@ from capi_gpu.hetzner import models as robot_models
 from capi_gpu.kube import CAPI_MACHINES, NODES, Obj, ours
 
 REMEDIATIONS = ours("hetznergpuremediations")
+MANAGER = "capi-gpu-remediation"
+OWNER_REMEDIATED = "OwnerRemediated"
 
 
 async def _node(deps: Deps, namespace: str, cluster: str, node_name: str) -> Obj | None:
@@ -77,16 +81,25 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         # deletes its Node first: NodeDeleted). It goes anyway and takes this object with it; a reset or a
         # "replace" would only be a false alarm.
         return None
+    cluster = capi["spec"]["clusterName"]
+    if await pause.paused(deps, namespace, obj, cluster):
+        conds = pause.condition(st.conditions, True, now, obj["metadata"].get("generation"))
+        if [x.model_dump() for x in conds] != [x.model_dump() for x in st.conditions]:
+            body = {"conditions": [x.wire() for x in conds]}
+            await deps.kube.patch(REMEDIATIONS, name, {"status": body}, namespace, sub="status")
+        return 30.0
+    st.conditions = pause.condition(st.conditions, False, now, obj["metadata"].get("generation"))
     host = await _host_of(deps, namespace, capi)
     node_name = ((capi.get("status") or {}).get("nodeRef") or {}).get("name")
-    cluster = capi["spec"]["clusterName"]
     if host is None or host.status.state is not HostState.PROVISIONED or not node_name:
         st.phase = RemediationPhase.DELETING_MACHINE
         note: Note | None = (
             "RemediationImpossible",
-            "host not provisioned; deleting the Machine so it is replaced",
+            "host not provisioned; handing the Machine back to its owner to replace",
             True,
         )
+    elif st.phase in (None, RemediationPhase.RUNNING) and st.retry_count == 0 and rem.spec.strategy.retry_limit == 0:
+        st, note = await _exhausted(deps, rem, host, namespace)
     elif st.phase in (None, RemediationPhase.RUNNING) and st.retry_count == 0:
         st, note = await _first(deps, rem, host, namespace, cluster, node_name, obj)
     elif st.phase is RemediationPhase.WAITING:
@@ -94,7 +107,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     else:
         note = None
     if st.phase is RemediationPhase.DELETING_MACHINE:
-        await deps.kube.delete(CAPI_MACHINES, capi["metadata"]["name"], namespace)
+        await _owner_remediate(deps, capi, namespace, note[1] if note else "remediation gave up", now)
     st.conditions = c.set_condition(
         st.conditions,
         c.Type.READY,
@@ -139,10 +152,44 @@ async def _waiting(
         return st, None
     if st.retry_count < strat.retry_limit:
         return await _send(deps, rem, host, namespace, cluster, node_name, obj)
+    return await _exhausted(deps, rem, host, namespace, st)
+
+
+async def _exhausted(
+    deps: Deps, rem: HetznerGPURemediation, host: HetznerGPUHost, namespace: str, st: Any = None
+) -> tuple[Any, Note]:
+    """No (more) resets: Retire takes the host out of the pool; either way the Machine goes back to its owner."""
+    st = st if st is not None else rem.status.model_copy(deep=True)
+    strat = rem.spec.strategy
     st.phase = RemediationPhase.DELETING_MACHINE
     if strat.on_exhaustion is OnExhaustion.RETIRE:
         await deps.kube.patch(HOSTS, str(host.metadata["name"]), {"spec": {"retired": True}}, namespace)
     return st, ("RemediationExhausted", f"{st.retry_count} reset(s) did not help; {strat.on_exhaustion.value}", True)
+
+
+async def _owner_remediate(deps: Deps, capi: Obj, namespace: str, message: str, now: dt.datetime) -> None:
+    """``OwnerRemediated=False`` on the Machine (server-side apply owns just that condition): the MHC
+    external-remediation contract's way to say "replace it"; the MachineSet deletes it, we do not."""
+    meta = capi["metadata"]
+    previous = next(
+        (x for x in (capi.get("status") or {}).get("conditions", []) if x.get("type") == OWNER_REMEDIATED), None
+    )
+    since = previous["lastTransitionTime"] if previous and previous.get("status") == "False" else now.isoformat()
+    cond = {
+        "type": OWNER_REMEDIATED,
+        "status": "False",
+        "reason": "WaitingForRemediation",
+        "message": message[:1000],
+        "lastTransitionTime": since,
+        "observedGeneration": int(meta.get("generation", 1)),
+    }
+    body = {
+        "apiVersion": domain.CAPI_API_VERSION,
+        "kind": "Machine",
+        "metadata": {"name": meta["name"], "namespace": namespace},
+        "status": {"conditions": [cond]},
+    }
+    await deps.kube.apply_patch(CAPI_MACHINES, meta["name"], body, MANAGER, namespace, sub="status")
 
 
 def _last_remediated(host: HetznerGPUHost) -> dt.datetime | None:

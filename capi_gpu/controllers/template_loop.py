@@ -9,13 +9,14 @@ install.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from capi_gpu import metrics
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostStandby, HostState
 from capi_gpu.api.machine import Architecture, HetznerGPUMachineTemplate, NodeInfo
-from capi_gpu.controllers import events, loops
+from capi_gpu.controllers import events, loops, pause
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HOSTS
 from capi_gpu.kube import ours
@@ -87,6 +88,10 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None
     tpl = HetznerGPUMachineTemplate.model_validate(obj)
+    now, gen = deps.clock(), obj["metadata"].get("generation")
+    if await pause.paused(deps, namespace, obj):  # CAPI makes the Cluster own the templates it uses
+        await _write_paused(deps, tpl, namespace, name, now, gen)
+        return 30.0
     hosts = _matching(tpl, [HetznerGPUHost.model_validate(h) for h in await deps.kube.list(HOSTS, namespace)])
     add, remove = standby_changes(name, tpl, hosts)
     spec = tpl.spec.template.spec
@@ -109,8 +114,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         await deps.kube.patch(HOSTS, str(h.metadata["name"]), {"spec": {"standby": None}}, namespace)
         deps.wakeups.wake("host", namespace, str(h.metadata["name"]))
         events.emit(obj, "StandbyRemoved", f"{h.metadata['name']} leaves the standby pool")
-    now, gen = deps.clock(), obj["metadata"].get("generation")
     status = tpl.status.model_copy(deep=True)
+    status.conditions = pause.condition(status.conditions, False, now, gen)
     cap = capacity(hosts)
     status.capacity, status.matching_hosts = cap, len(hosts)
     status.node_info = NodeInfo(architecture=Architecture.AMD64, operating_system="linux")
@@ -145,6 +150,15 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
             TEMPLATES, name, {"status": status.model_dump(by_alias=True, mode="json")}, namespace, sub="status"
         )
     return 30.0
+
+
+async def _write_paused(
+    deps: Deps, tpl: HetznerGPUMachineTemplate, namespace: str, name: str, now: datetime, gen: int | None
+) -> None:
+    conds = pause.condition(tpl.status.conditions, True, now, gen)
+    if [x.model_dump() for x in conds] != [x.model_dump() for x in tpl.status.conditions]:
+        body = {"conditions": [x.wire() for x in conds]}
+        await deps.kube.patch(TEMPLATES, name, {"status": body}, namespace, sub="status")
 
 
 async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:

@@ -24,7 +24,7 @@ import yaml
 
 from capi_gpu.api import conditions as c
 from capi_gpu.api.cluster import HetznerGPUCluster
-from capi_gpu.controllers import events
+from capi_gpu.controllers import events, pause
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.kube import SECRETS, AsyncKube, Kube, Obj, ours
 
@@ -118,8 +118,12 @@ async def client(deps: Deps, namespace: str, cluster: str) -> Kube | None:
 async def supervise(
     deps: Deps, namespace: str, cluster: str, what: str, task: Task, stopped: Any, workers: int, watches: int
 ) -> None:
-    """Run ``task(workload)`` for as long as the daemon lives, restarting on kubeconfig change or crash."""
+    """Run ``task(workload)`` for as long as the daemon lives, restarting on kubeconfig change or crash,
+    and not at all while the Cluster is paused (clusterctl move: the source must stop writing)."""
     while not stopped:
+        if await pause.cluster_paused(deps, namespace, cluster):
+            await asyncio.sleep(RECHECK)
+            continue
         try:
             found = await kubeconfig(deps, namespace, cluster)
         except UnsafeKubeconfig as exc:
@@ -146,6 +150,9 @@ async def supervise(
                     again = None  # the next round reports it
                 if again is None or again[0] != version:
                     log.info("%s %s/%s: kubeconfig changed; restarting", what, namespace, cluster)
+                    break
+                if await pause.cluster_paused(deps, namespace, cluster):
+                    log.info("%s %s/%s: Cluster paused; stopping until it is resumed", what, namespace, cluster)
                     break
         finally:
             running.cancel()

@@ -111,8 +111,8 @@ BAD_INPUT = [
     (
         "HetznerGPURemediationTemplate",
         "spec.template.spec.strategy.retryLimit",
-        0,
-        "spec.template.spec.strategy.retryLimit: Invalid value: 0",
+        -1,
+        "spec.template.spec.strategy.retryLimit: Invalid value: -1",
     ),
 ]
 

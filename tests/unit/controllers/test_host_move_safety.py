@@ -7,84 +7,26 @@ Cluster, stops every write but the Paused condition, unless a destructive step i
 from __future__ import annotations
 
 import base64
-import copy
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
+from fake_kube import NS, FakeKube
 
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHostStatus, HostKeys, HostState, Operation, Step
 from capi_gpu.controllers import host_loop
 from capi_gpu.controllers.deps import Deps, RobotClients
 from capi_gpu.controllers.settings import Settings
-from capi_gpu.kube import Conflict, Obj, Res
+from capi_gpu.kube import Obj
 from capi_gpu.provisioning import hostkeys, hostmove, ssh
 
-NS, HOST, MACHINE = "gpu", "gex-1", "workers-abc12"
+HOST, MACHINE = "gex-1", "workers-abc12"
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 OS_KEY = hostkeys.generate(comment=HOST)
 
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
-    for k, v in patch.items():
-        if v is None:
-            into.pop(k, None)
-        elif isinstance(v, dict) and isinstance(into.get(k), dict):
-            _merge(into[k], v)
-        else:
-            into[k] = copy.deepcopy(v)
-
-
-class FakeKube:
-    """Objects by (plural, namespace, name); merge patches with the resourceVersion precondition; every
-    write recorded as (verb, plural, name, subresource, body)."""
-
-    def __init__(self, *objs: tuple[str, Obj]) -> None:
-        self.objs: dict[tuple[str, str, str], Obj] = {}
-        self.writes: list[tuple[str, str, str, str | None, Any]] = []
-        self.rv = 10
-        for plural, obj in objs:
-            self.put(plural, obj)
-
-    def put(self, plural: str, obj: Obj) -> None:
-        self.rv += 1
-        obj = copy.deepcopy(obj)
-        obj["metadata"].setdefault("namespace", NS)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.objs[(plural, NS, obj["metadata"]["name"])] = obj
-
-    async def get_or_none(self, res: Res, name: str, namespace: str | None = None) -> Obj | None:
-        obj = self.objs.get((res.plural, namespace or "", name))
-        return copy.deepcopy(obj) if obj is not None else None
-
-    async def list(self, res: Res, namespace: str | None = None, **_: Any) -> list[Obj]:
-        return [copy.deepcopy(o) for (p, ns, _n), o in self.objs.items() if p == res.plural and ns == namespace]
-
-    async def patch(
-        self, res: Res, name: str, patch: Any, namespace: str | None = None, sub: str | None = None, **_: Any
-    ) -> Obj:
-        self.writes.append(("patch", res.plural, name, sub, copy.deepcopy(patch)))
-        obj = self.objs[(res.plural, namespace or "", name)]
-        want = (patch.get("metadata") or {}).pop("resourceVersion", None)
-        if want is not None and want != obj["metadata"]["resourceVersion"]:
-            raise Conflict(409, "Conflict", "the object has been modified")
-        _merge(obj, patch)
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        return copy.deepcopy(obj)
-
-    async def create(self, res: Res, body: Obj, namespace: str | None = None) -> Obj:
-        self.writes.append(("create", res.plural, body["metadata"]["name"], None, None))
-        self.put(res.plural, body)
-        return body
-
-    def host(self) -> Obj:
-        return self.objs[("hetznergpuhosts", NS, HOST)]
 
 
 class NoSSH:
@@ -178,12 +120,16 @@ def _deps(kube: FakeKube) -> Deps:
     return Deps(kube, settings, None, RobotClients(settings), clock=lambda: T0, shell_factory=NoSSH)  # type: ignore[arg-type]
 
 
+def _stored(kube: FakeKube) -> Obj:
+    return kube.objs[("hetznergpuhosts", NS, HOST)]
+
+
 def _ready(kube: FakeKube) -> dict[str, str]:
-    conds = (kube.host().get("status") or {}).get("conditions") or []
+    conds = (_stored(kube).get("status") or {}).get("conditions") or []
     return {c["type"]: f"{c['status']}/{c['reason']}" for c in conds}
 
 
-def _host_writes(kube: FakeKube) -> list[tuple[str, str, str, str | None, Any]]:
+def _host_writes(kube: FakeKube) -> list[tuple[str, str, str, str | None, object]]:
     return [w for w in kube.writes if w[1] == "hetznergpuhosts"]
 
 
@@ -191,13 +137,13 @@ async def test_a_moved_provisioned_host_whose_machine_is_not_there_yet_is_restor
     kube = FakeKube(("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))), *SECRETS, OS_SECRET)
     deps = _deps(kube)
     await host_loop.reconcile(deps, NS, HOST)
-    status = kube.host()["status"]
+    status = _stored(kube)["status"]
     assert (status["state"], status.get("operations", [])) == ("Provisioned", [])
     assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.CONSUMER_MISSING}"
     assert NoSSH.opened == 0
     assert not [w for w in kube.writes if w[0] == "create"]  # no new OS host key
     await host_loop.reconcile(deps, NS, HOST)  # and again: still nothing
-    assert kube.host()["status"]["state"] == "Provisioned" and NoSSH.opened == 0
+    assert _stored(kube)["status"]["state"] == "Provisioned" and NoSSH.opened == 0
 
 
 @pytest.mark.parametrize(
@@ -213,7 +159,7 @@ async def test_a_host_whose_consumer_does_not_exist_never_inspects_rescues_or_re
 ) -> None:
     kube = FakeKube(("hetznergpuhosts", _host(status, None)), *SECRETS, OS_SECRET)
     await host_loop.reconcile(_deps(kube), NS, HOST)
-    after = kube.host()["status"]
+    after = _stored(kube)["status"]
     assert (after["state"], after.get("step"), after.get("operations", [])) == (
         status.state.value,
         status.step.value if status.step else None,
@@ -232,7 +178,7 @@ async def test_a_consumer_recreated_with_a_new_uid_is_refreshed_and_the_host_sta
         _cluster(False),
     )
     await host_loop.reconcile(_deps(kube), NS, HOST)
-    host = kube.host()
+    host = _stored(kube)
     assert host["spec"]["consumerRef"]["uid"] == "machine-uid-target"
     assert (host["status"]["state"], _ready(kube)["Ready"]) == ("Provisioned", "True/Provisioned")
     assert NoSSH.opened == 0
@@ -245,14 +191,14 @@ async def test_a_pinned_key_whose_secret_has_not_arrived_is_waited_for_never_rep
     await host_loop.reconcile(_deps(kube), NS, HOST)
     assert not [w for w in kube.writes if w[0] == "create"]
     assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.OS_HOST_KEY_MISSING}"
-    assert kube.host()["status"]["hostKeys"]["os"] == OS_KEY.public
+    assert _stored(kube)["status"]["hostKeys"]["os"] == OS_KEY.public
 
 
 async def test_an_unreadable_snapshot_writes_a_condition_and_touches_nothing() -> None:
     host = _host(None, None, **{domain.ANNOTATION_STATUS: '{"state": "Dancing"}'})
     kube = FakeKube(("hetznergpuhosts", host), *SECRETS, OS_SECRET, _machine(), _cluster(False))
     await host_loop.reconcile(_deps(kube), NS, HOST)
-    assert "state" not in kube.host()["status"]  # still "arrived without status": never a fresh Registering
+    assert "state" not in _stored(kube)["status"]  # still "arrived without status": never a fresh Registering
     assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.STATUS_SNAPSHOT_INVALID}"
     assert NoSSH.opened == 0
 
@@ -278,8 +224,8 @@ async def test_a_paused_host_writes_only_its_paused_condition_and_drops_block_mo
     deps = _deps(kube)
     await host_loop.reconcile(deps, NS, HOST)
     assert _ready(kube)["Paused"] == "True/Paused"
-    assert domain.BLOCK_MOVE_ANNOTATION not in kube.host()["metadata"]["annotations"]
-    assert kube.host()["status"]["state"] == "Provisioning" and kube.host()["status"]["step"] == "Configure"
+    assert domain.BLOCK_MOVE_ANNOTATION not in _stored(kube)["metadata"]["annotations"]
+    assert _stored(kube)["status"]["state"] == "Provisioning" and _stored(kube)["status"]["step"] == "Configure"
     kube.writes.clear()
     await host_loop.reconcile(deps, NS, HOST)
     assert _host_writes(kube) == [] and NoSSH.opened == 0  # paused: not one more write
@@ -293,7 +239,7 @@ async def test_a_paused_host_with_a_destructive_step_open_finishes_it_under_bloc
     await host_loop.reconcile(_deps(kube), NS, HOST)
     assert NoSSH.opened == 1  # still watching the reboot it sent
     assert _ready(kube)["Paused"] == "False/NotPaused"
-    annotations = kube.host()["metadata"]["annotations"]
+    annotations = _stored(kube)["metadata"]["annotations"]
     assert domain.BLOCK_MOVE_ANNOTATION in annotations
     assert hostmove.restore(annotations[domain.ANNOTATION_STATUS]).operations[-1].name == "reset-ssh"
 
@@ -309,5 +255,5 @@ async def test_an_unpaused_host_says_not_paused_and_carries_its_snapshot() -> No
     snap = next(i for i, w in enumerate(writes) if domain.ANNOTATION_STATUS in str(w[4]))
     first_status = next(i for i, w in enumerate(writes) if w[3] == "status")
     assert snap < first_status  # the snapshot is written before the status it mirrors
-    restored = hostmove.restore(kube.host()["metadata"]["annotations"][domain.ANNOTATION_STATUS])
+    restored = hostmove.restore(_stored(kube)["metadata"]["annotations"][domain.ANNOTATION_STATUS])
     assert restored.state is HostState.PROVISIONED and restored.host_keys.os == OS_KEY.public
