@@ -27,6 +27,8 @@ from capi_gpu.provisioning import bootstrap, gpuplan
 
 log = logging.getLogger(__name__)
 DEFAULT_GPU = "rtx-pro-6000"
+# HostAssociated=False reason: free hosts exist, none in Machine.spec.failureDomain (it waits for one).
+NO_HOST_IN_FAILURE_DOMAIN = "NoHostInFailureDomain"
 
 
 @dataclass
@@ -131,9 +133,15 @@ async def _claim(deps: Deps, s: Scope) -> bool:
     spec = s.machine.spec
     version = spec.kubernetes_version or (s.capi_machine or {}).get("spec", {}).get("version") or "v1.36.3"
     gpu_model = spec.gpu.model or DEFAULT_GPU if spec.gpu is not None else None
-    pick = hostpick.choose(hosts, spec.host_selector, gpu_model, prepared_key(spec.install_image, spec.gpu, version))
+    failure_domain = (s.capi_machine or {}).get("spec", {}).get("failureDomain") or None
+    prepared = prepared_key(spec.install_image, spec.gpu, version)
+    pick = hostpick.choose(hosts, spec.host_selector, gpu_model, prepared, failure_domain)
     if pick.host is None:
-        s.wait(c.Type.HOST_ASSOCIATED, c.Reason.NO_MATCHING_HOST, f"no host to claim: {pick.describe()}", 60.0)
+        reason: str = c.Reason.NO_MATCHING_HOST
+        where = ""
+        if pick.failure_domain_only:
+            reason, where = NO_HOST_IN_FAILURE_DOMAIN, f" in failure domain {failure_domain}"
+        s.wait(c.Type.HOST_ASSOCIATED, reason, f"no host to claim{where}: {pick.describe()}", 60.0)
         return False
     host = pick.host
     ref = ObjectReference(
