@@ -147,14 +147,14 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
                 f"consumerRef names HetznerGPUMachine {ref.namespace or namespace}/{ref.name}, which does not"
                 " exist (yet); waiting, the server is left alone (clear spec.consumerRef if it was force-deleted)",
             )
-        if ref.uid and obj["metadata"].get("uid") != ref.uid:
+        paused = await _consumer_paused(deps, obj, ref.namespace or namespace)
+        if ref.uid and obj["metadata"].get("uid") != ref.uid and not paused:  # no write while paused
             await _refresh_uid(deps, host, str(obj["metadata"]["uid"]), namespace)
         machine = HetznerGPUMachine.model_validate(obj)
         owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
         capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
         data, problem = await _bootstrap_for(deps, capi, namespace)
         version = machine.spec.kubernetes_version or ((capi or {}).get("spec", {}).get("version")) or "v1.36.3"
-        paused = await _consumer_paused(deps, obj, ref.namespace or namespace)
         return Consumer(
             machine, ref.name, machine.spec.install_image, machine.spec.gpu, version, data, problem, paused=paused
         )

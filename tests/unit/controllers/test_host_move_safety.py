@@ -257,3 +257,18 @@ async def test_an_unpaused_host_says_not_paused_and_carries_its_snapshot() -> No
     assert snap < first_status  # the snapshot is written before the status it mirrors
     restored = hostmove.restore(_stored(kube)["metadata"]["annotations"][domain.ANNOTATION_STATUS])
     assert restored.state is HostState.PROVISIONED and restored.host_keys.os == OS_KEY.public
+
+
+async def test_a_moved_consumer_in_a_paused_cluster_is_not_refreshed_until_it_resumes() -> None:
+    status = _status(HostState.PROVISIONED)
+    kube = FakeKube(
+        ("hetznergpuhosts", _host(status, status)), *SECRETS, OS_SECRET, _machine("machine-uid-target"), _cluster(True)
+    )
+    deps = _deps(kube)
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _stored(kube)["spec"]["consumerRef"]["uid"] == "machine-uid-source"  # clusterctl unpauses at the end
+    assert _ready(kube)["Paused"] == "True/Paused"
+    kube.objs[("clusters", NS, "dev")]["spec"]["paused"] = False
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _stored(kube)["spec"]["consumerRef"]["uid"] == "machine-uid-target"
+    assert _ready(kube)["Paused"] == "False/NotPaused" and _stored(kube)["status"]["state"] == "Provisioned"
