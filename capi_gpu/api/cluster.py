@@ -69,8 +69,6 @@ class LoadBalancerSpec(KubeModel):
     """Listen and destination port."""
     token_ref: RobotCredentials | None = None
     """Secret with the hcloud token (key: passwordKey)."""
-    api_endpoint: str | None = None
-    """hcloud API endpoint override (tests)."""
 
 
 class HetznerGPUClusterSpec(KubeModel):
@@ -80,8 +78,6 @@ class HetznerGPUClusterSpec(KubeModel):
     """Set by the user, or by the controller from the Load Balancer."""
     robot_credentials: RobotCredentials
     """Robot webservice credentials."""
-    robot_url: Annotated[str, Field(pattern=r"^https?://")] = "https://robot-ws.your-server.de"
-    """Robot webservice base URL."""
     ssh_keys: SSHKeys
     """SSH keys for rescue and the installed OS."""
     control_plane_load_balancer: LoadBalancerSpec = LoadBalancerSpec()

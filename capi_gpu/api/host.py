@@ -84,14 +84,14 @@ class HostStandby(KubeModel):
 
 
 class RobotAccess(KubeModel):
-    """How the controller reaches this server: Robot account and SSH key, as Secrets in the namespace."""
+    """How the controller reaches this server: Robot account and SSH key, as Secrets in the namespace.
+    The Robot URL is the operator's (--robot-url), never an object's: a user who may edit hosts must not
+    be able to send the account's credentials to a server of their choosing."""
 
     credentials_secret: Annotated[str, Field(min_length=1, max_length=253)] = "robot-credentials"
     """Secret with keys robot-user and robot-password (a Robot webservice user)."""
     ssh_key_secret: Annotated[str, Field(min_length=1, max_length=253)] = "robot-ssh"
     """Secret with ssh-privatekey and ssh-publickey; authorized in rescue and in the installed OS."""
-    url: Annotated[str | None, Field(pattern=r"^https?://")] = None
-    """Robot webservice URL; the operator's --robot-url, else https://robot-ws.your-server.de."""
 
 
 class HetznerGPUHostSpec(KubeModel):

@@ -9,7 +9,7 @@ decided on, so a host claimed between the check and the patch makes the patch fa
 runs again, instead of the refusal being skipped.
 
 Objects of our kinds are built and changed through the pydantic models (``capi_gpu.api.host``), so
-a bad ``--server`` or ``--robot-url`` is a usage error here, not a 422 later. ``list`` reads raw dicts
+a bad ``--server`` or ``--label`` is a usage error here, not a 422 later. ``list`` reads raw dicts
 and tolerates states this version does not know. Exit codes: 0 done, 1 not found or refused, 2 usage,
 3 the apiserver failed (see ``kubeargs``). ``hosts order`` lives in ``hosts_order``; ``hosts watch`` draws
 the live view of ``capi_gpu.cli.live`` (the one ``dev up`` shows) from any management cluster.
@@ -56,7 +56,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--description", help="free text for operators")
     v.add_argument("--robot-secret", help="Secret with robot-user/robot-password (default: robot-credentials)")
     v.add_argument("--ssh-secret", help="Secret with ssh-privatekey/ssh-publickey (default: robot-ssh)")
-    v.add_argument("--robot-url", help="Robot webservice URL (default: the operator's --robot-url)")
 
     v = verb("inspect", "ask the host controller to inspect the host again (refuses a consumed host)", run_inspect)
     v.add_argument("name")
@@ -184,7 +183,6 @@ def build_host(args: argparse.Namespace, namespace: str) -> dict[str, Any]:
         for field, value in (
             ("credentials_secret", args.robot_secret),
             ("ssh_key_secret", args.ssh_secret),
-            ("url", args.robot_url),
         )
         if value is not None
     }

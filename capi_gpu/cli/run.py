@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
 from capi_gpu import logs
-from capi_gpu.cli import EXIT_OK
+from capi_gpu.cli import EXIT_OK, EXIT_USAGE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,7 +19,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--watch-filter", default="", help="only objects labelled cluster.x-k8s.io/watch-filter=VALUE (empty or *: all)"
     )
-    p.add_argument("--robot-url", default="", help="Robot webservice URL for every host (simulator)")
+    p.add_argument("--robot-url", default="", help="Robot webservice URL for every account (default: Hetzner's)")
+    p.add_argument("--hcloud-endpoint", default="", help="hcloud API endpoint (default: Hetzner's)")
+    p.add_argument(
+        "--allow-plain-http", action="store_true", help="tests only: let --robot-url/--hcloud-endpoint be http"
+    )
     p.add_argument("--robot-share", type=float, default=1.0, help="share of the Robot account budget (0-1]")
     p.add_argument("--timing-scale", type=float, default=1.0, help="divide provisioning timeouts (simulator only)")
     p.add_argument("--provisioning-limit", type=int, default=20, help="hosts inspecting/provisioning at once")
@@ -62,10 +67,16 @@ def run(args: argparse.Namespace) -> int:
     from capi_gpu.provisioning.ansible import AnsibleRunner
 
     logs.configure(args.verbose, args.log_format)
+    for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
+        problem = Settings.endpoint_problem(url, args.allow_plain_http)
+        if problem is not None:
+            print(f"capi-gpu run: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     settings = Settings(
         namespace=every(args.namespace),
         watch_filter=every(args.watch_filter),
         robot_url=args.robot_url or None,
+        hcloud_endpoint=args.hcloud_endpoint or None,
         robot_share=args.robot_share,
         timing_scale=args.timing_scale,
         provisioning_limit=args.provisioning_limit,

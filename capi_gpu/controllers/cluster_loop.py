@@ -29,7 +29,7 @@ HOSTS = ours("hetznergpuhosts")
 async def _credentials(deps: Deps, hgc: HetznerGPUCluster, ns: str) -> tuple[bool, str, str, str | None]:
     ref = hgc.spec.robot_credentials
     try:
-        robot = await deps.robots.get(deps.kube, ns, ref.name, hgc.spec.robot_url)
+        robot = await deps.robots.get(deps.kube, ns, ref.name)
     except AccessError as exc:
         return False, exc.reason, str(exc), None
     secret = await deps.kube.get(SECRETS, ref.name, ns)
@@ -75,7 +75,7 @@ async def _load_balancer(deps: Deps, hgc: HetznerGPUCluster, ns: str, cluster: s
     if secret is None:
         return False, c.Reason.SECRET_MISSING, f"hcloud token Secret {lb.token_ref.name} not found"
     token = secret_value(secret, lb.token_ref.password_key, "hcloud token")
-    api = cloud.HCloudLoadBalancers(token, api_endpoint=lb.api_endpoint or "https://api.hetzner.cloud/v1")
+    api = cloud.HCloudLoadBalancers(token, api_endpoint=deps.settings.hcloud_endpoint or "https://api.hetzner.cloud/v1")
     name = lb.name or f"{cluster}-kube-apiserver"
     try:
         ep = await api.ensure(

@@ -102,14 +102,14 @@ class RobotClients:
     def __post_init__(self) -> None:
         self.secrets = SecretCache(ttl=self.settings.timing.poll)
 
-    async def get(self, kube: AsyncKube, namespace: str, secret_name: str, url: str | None) -> RobotClient:
+    async def get(self, kube: AsyncKube, namespace: str, secret_name: str) -> RobotClient:
         secret = await self.secrets.get(kube, namespace, secret_name)
         if secret is None:
             raise AccessError("SecretMissing", f"Robot credentials Secret {namespace}/{secret_name} not found")
         user = secret_value(secret, "robot-user", "Robot webservice user")
         password = secret_value(secret, "robot-password", "Robot webservice password")
         fingerprint = hashlib.sha256(f"{user}\0{password}".encode()).hexdigest()
-        base = self.settings.robot_url or url or "https://robot-ws.your-server.de"
+        base = self.settings.robot_url or "https://robot-ws.your-server.de"  # the operator's flag, never an object's
         key = (namespace, secret_name, base)
         cached = self._clients.get(key)
         if cached is not None and cached[0] == fingerprint:

@@ -61,7 +61,7 @@ async def _host_of(deps: Deps, namespace: str, capi: Obj) -> HetznerGPUHost | No
 async def _reset(deps: Deps, host: HetznerGPUHost, namespace: str) -> str | None:
     """Robot hw reset through the host's account; returns an error message or None."""
     try:
-        robot = await deps.robots.get(deps.kube, namespace, host.spec.robot.credentials_secret, host.spec.robot.url)
+        robot = await deps.robots.get(deps.kube, namespace, host.spec.robot.credentials_secret)
         await robot.reset(host.spec.server_number, robot_models.ResetType.HARDWARE)
     except (AccessError, robot_errors.RobotError) as exc:
         return str(exc)

@@ -19,7 +19,10 @@ class Settings(BaseModel):
     watch_filter: str | None = None
     """Only objects labelled cluster.x-k8s.io/watch-filter=<value>."""
     robot_url: str | None = None
-    """Robot webservice URL override for every host (tests and the simulator)."""
+    """Robot webservice URL (--robot-url) for every account; https://robot-ws.your-server.de when unset.
+    Endpoints come from the operator's flags only: no object can point credentials elsewhere."""
+    hcloud_endpoint: str | None = None
+    """hcloud API endpoint (--hcloud-endpoint); https://api.hetzner.cloud/v1 when unset."""
     robot_share: Annotated[float, Field(gt=0, le=1)] = 1.0
     """Share of the Robot account's hourly budget this deployment may use."""
     timing_scale: Annotated[float, Field(gt=0)] = 1.0
@@ -43,6 +46,17 @@ class Settings(BaseModel):
     """Run the claim-aware scaler for MachineDeployments it owns."""
     template_sync_annotations: bool = False
     """Keep cluster-autoscaler capacity annotations on MachineDeployments in sync with templates."""
+
+    @staticmethod
+    def endpoint_problem(url: str, allow_plain_http: bool) -> str | None:
+        """Why ``url`` may not receive credentials, or None: https always, http only with the explicit test
+        flag (``--allow-plain-http``, for the simulators on loopback)."""
+        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        if scheme == "https" or (scheme == "http" and allow_plain_http):
+            return None
+        if scheme == "http":
+            return f"{url}: plain http would send credentials in clear (--allow-plain-http is for tests only)"
+        return f"{url}: not an https URL"
 
     @property
     def timing(self) -> Timing:

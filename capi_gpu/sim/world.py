@@ -236,7 +236,6 @@ class World:
             "KUBERNETES_VERSION": cfg.kubernetes_version,
             "CONTROL_PLANE_ENDPOINT_HOST": "127.0.0.1",
             "CONTROL_PLANE_ENDPOINT_PORT": port,
-            "HETZNER_ROBOT_URL": robot.url,
             "GPU_MIG_LAYOUT": cfg.layout,
             "GPU_DRIVER_BRANCH": cfg.driver_branch,
         }
@@ -273,6 +272,7 @@ class World:
             str(self.operator_kubeconfig or self.cp.kubeconfig),
             "--robot-url",
             self.robot.url,
+            "--allow-plain-http",
             "--timing-scale",
             str(self.config.timing_scale),
             "--metrics-port",

@@ -98,9 +98,9 @@ BAD_INPUT = [
     ("HetznerGPUCluster", "spec.robotCredentials", _DELETE, "spec.robotCredentials: Required value"),
     (
         "HetznerGPUClusterTemplate",
-        "spec.template.spec.robotURL",
-        "ftp://robot",
-        'spec.template.spec.robotURL: Invalid value: "ftp://robot"',
+        "spec.template.spec.controlPlaneLoadBalancer.port",
+        0,
+        "spec.template.spec.controlPlaneLoadBalancer.port: Invalid value: 0",
     ),
     (
         "HetznerGPURemediation",

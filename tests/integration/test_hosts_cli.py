@@ -64,7 +64,7 @@ def consume(kube: Kube, namespace: str, name: str) -> None:
 
 def test_register_then_list_as_table_and_json(run: Cli, kube: Kube, namespace: str) -> None:
     rc, out, err = run("register", "--server", "1001", "--name", "gex-a", "--label", "pool=gpu",
-                       "--robot-secret", "robot-a", "--ssh-secret", "ssh-a", "--robot-url", "http://127.0.0.1:9")  # fmt: skip
+                       "--robot-secret", "robot-a", "--ssh-secret", "ssh-a")  # fmt: skip
     assert rc == 0, err
     assert "Secret" in err and "robot-a" in err and "ssh-a" in err  # warned: the Secrets do not exist yet
     assert out.split()[:12] == ["NAME", "SERVER", "STATE", "STEP", "GPU", "LAYOUT", "CONSUMER", "READY",
@@ -72,8 +72,7 @@ def test_register_then_list_as_table_and_json(run: Cli, kube: Kube, namespace: s
     stored = kube.get(HOSTS, "gex-a", namespace)
     assert stored["metadata"]["labels"] == {"pool": "gpu"}
     assert stored["spec"]["serverNumber"] == 1001
-    assert stored["spec"]["robot"] == {"credentialsSecret": "robot-a", "sshKeySecret": "ssh-a",
-                                       "url": "http://127.0.0.1:9"}  # fmt: skip
+    assert stored["spec"]["robot"] == {"credentialsSecret": "robot-a", "sshKeySecret": "ssh-a"}
     assert (stored["spec"]["maintenanceMode"], stored["spec"]["retired"]) == (False, False)
 
     created = run.json("register", "--server", "1002")
@@ -118,7 +117,7 @@ def test_duplicate_server_and_name_and_bad_input_are_refused(run: Cli, kube: Kub
     rc, _, err = run("register", "--server", "3002", "--name", "first")
     assert rc == 1 and "already exists" in err
     for argv in (["--server", "0"], ["--server", "3003", "--label", "novalue"],
-                 ["--server", "3004", "--robot-url", "ftp://robot"],
+                 ["--server", "3004", "--robot-secret", ""],
                  ["--server", "3005", "--label", "bad key!=x"]):  # fmt: skip
         rc, _, err = run("register", *argv)
         assert rc == 2, (argv, err)

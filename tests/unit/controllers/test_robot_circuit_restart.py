@@ -66,7 +66,7 @@ async def test_a_rejection_recorded_for_this_secret_version_opens_the_circuit_of
     secret = _secret("7")
     assert secret_version(secret) == "uid-1/7"
     kube = FakeKube(secret, [_cluster(recorded, reason, secret_name)])
-    client = await RobotClients(Settings()).get(kube, "gpu", "robot-credentials", "http://127.0.0.1:9")  # type: ignore[arg-type]
+    client = await RobotClients(Settings(robot_url="http://127.0.0.1:9")).get(kube, "gpu", "robot-credentials")  # type: ignore[arg-type]
     try:
         assert client.account.circuit_open is open_
         if open_:
