@@ -2,7 +2,7 @@
 # pinned upstream builds under ~/.cache/capi-gpu (hack/build-upstream.sh, versions in hack/versions.env).
 #
 #   make check               lint + CRDs up to date + every test tier
-#   make release-manifests   out/: infrastructure-components.yaml, metadata.yaml, cluster-template*.yaml
+#   make release-manifests   out/infrastructure-hetzner-gpu/v0.1.0/: a clusterctl local repository
 #   make dev / dev-down      a local management cluster with simulated GEX131 hosts
 
 SHELL := bash
@@ -103,19 +103,23 @@ lock: ## regenerate requirements.lock from pyproject.toml (needs uv)
 
 # --- release -------------------------------------------------------------------------------------
 
-# clusterctl's release assets. The image is set through a throw-away overlay (kustomize edit on a
+# clusterctl's release assets, laid out as a clusterctl local repository
+# (<OUT>/infrastructure-hetzner-gpu/<version>/, docs/clusterctl.md): point a provider's url at its
+# infrastructure-components.yaml. The image is set through a throw-away overlay (kustomize edit on a
 # copy, never on config/), so `make release-manifests IMG=ghcr.io/capi-gpu/capi-gpu:v0.1.0` leaves the
 # tree clean.
+RELEASE_VERSION ?= v0.1.0
+RELEASE_DIR = $(OUT)/infrastructure-hetzner-gpu/$(RELEASE_VERSION)
 .PHONY: release-manifests
-release-manifests: $(KUSTOMIZE) ## out/infrastructure-components.yaml, metadata.yaml, cluster templates
-	rm -rf $(OUT)/.overlay && mkdir -p $(OUT)/.overlay
+release-manifests: $(KUSTOMIZE) ## out/infrastructure-hetzner-gpu/v0.1.0/: components, metadata, templates
+	rm -rf $(OUT)/.overlay $(RELEASE_DIR) && mkdir -p $(OUT)/.overlay $(RELEASE_DIR)
 	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n' \
 	  "$$(realpath -m --relative-to=$(OUT)/.overlay config/default)" > $(OUT)/.overlay/kustomization.yaml
 	cd $(OUT)/.overlay && $(abspath $(KUSTOMIZE)) edit set image $(IMG_BASE)=$(IMG)
-	$(KUSTOMIZE_BUILD) $(OUT)/.overlay > $(OUT)/infrastructure-components.yaml
+	$(KUSTOMIZE_BUILD) $(OUT)/.overlay > $(RELEASE_DIR)/infrastructure-components.yaml
 	rm -rf $(OUT)/.overlay
-	cp config/clusterctl/metadata.yaml config/clusterctl/cluster-template*.yaml $(OUT)/
-	@ls -1 $(OUT)
+	cp config/clusterctl/metadata.yaml config/clusterctl/cluster-template*.yaml $(RELEASE_DIR)/
+	@ls -1 $(RELEASE_DIR)
 
 # Needs a docker engine with BuildKit (the Dockerfile bind-mounts the builder's wheels); the dev
 # machines have none, so tests/unit/config/test_dockerfile.py checks the Dockerfile's structure instead.

@@ -1,6 +1,7 @@
-"""`make release-manifests`: the four clusterctl assets land in OUT, the components are the kustomize build
-with the release image, the tree stays clean, and real clusterctl accepts them as a local provider
-repository (one target namespace, metadata for the release series, both template flavors)."""
+"""`make release-manifests`: the four clusterctl assets land in OUT laid out as a clusterctl local repository
+(infrastructure-hetzner-gpu/v0.1.0/), the components are the kustomize build with the release image, the tree
+stays clean, and the pinned clusterctl uses that very directory as the provider `hetzner-gpu` (one target
+namespace, metadata for the release series, both template flavors), exactly as docs/clusterctl.md says."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _status() == before, "make release-manifests changed files under config/ or crds/"
-    return out
+    assert [p.relative_to(out).as_posix() for p in out.iterdir()] == ["infrastructure-hetzner-gpu"]
+    return out / "infrastructure-hetzner-gpu" / "v0.1.0"
 
 
 def test_assets_are_written(release: Path) -> None:
@@ -74,15 +76,12 @@ def test_metadata_maps_the_release_series_to_v1beta2(release: Path) -> None:
 
 
 def _local_repository(release: Path, tmp: Path) -> None:
-    version_dir = tmp / "repo" / "infrastructure-hetzner-gpu" / "v0.1.0"
-    version_dir.mkdir(parents=True)
-    for name in ASSETS:
-        (version_dir / name).write_text((release / name).read_text())
+    """The clusterctl config docs/clusterctl.md shows, pointing at what `make release-manifests` wrote."""
     config = tmp / "xdg" / "cluster-api" / "clusterctl.yaml"
     config.parent.mkdir(parents=True)
     provider = {
         "name": "hetzner-gpu",
-        "url": (version_dir / "infrastructure-components.yaml").as_uri(),
+        "url": (release / "infrastructure-components.yaml").as_uri(),
         "type": "InfrastructureProvider",
     }
     config.write_text(yaml.safe_dump({"providers": [provider]}))
