@@ -66,12 +66,12 @@ def run(args: argparse.Namespace) -> int:
     from capi_gpu.kube import AsyncKube, Kube
     from capi_gpu.provisioning.ansible import AnsibleRunner
 
-    logs.configure(args.verbose, args.log_format)
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
         problem = Settings.endpoint_problem(url, args.allow_plain_http)
         if problem is not None:
             print(f"capi-gpu run: {problem}", file=sys.stderr)
             return EXIT_USAGE
+    logs.configure(args.verbose, args.log_format)
     settings = Settings(
         namespace=every(args.namespace),
         watch_filter=every(args.watch_filter),

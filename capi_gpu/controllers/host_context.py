@@ -200,7 +200,7 @@ async def _consumer_paused(deps: Deps, machine: Obj, namespace: str) -> bool:
 
 async def load(deps: Deps, host: HetznerGPUHost, namespace: str) -> HostEnv:
     access = host.spec.robot
-    robot = await deps.robots.get(deps.kube, namespace, access.credentials_secret, access.url)
+    robot = await deps.robots.get(deps.kube, namespace, access.credentials_secret)
     private, public = await load_ssh(deps, namespace, access.ssh_key_secret)
     os_key = await ensure_os_hostkey(deps, host, namespace)
     consumer = await load_consumer(deps, host, namespace)
