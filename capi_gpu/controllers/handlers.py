@@ -19,7 +19,7 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.autoscaler import runner as scaler_runner
 from capi_gpu.autoscaler import sync as annotation_sync
-from capi_gpu.controllers import cluster_loop, host_loop, machine_loop, remediation_loop, template_loop
+from capi_gpu.controllers import cluster_delete, cluster_loop, host_loop, machine_loop, remediation_loop, template_loop
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.readiness import runner as gate_runner
@@ -136,7 +136,12 @@ def _deletions(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> No
         if machine_loop.owner_arrived(dict(body)):  # CAPI set ownerReferences: metadata, no spec update
             memo.deps.wakeups.wake("machine", namespace or "", name)
 
-    _ = (host_delete, machine_delete, capi_machine, machine_owner)
+    @kopf.on.delete(G, V, "hetznergpuclusters", id="cluster-delete", registry=registry, when=when)
+    async def cluster_delete_(body: kopf.Body, memo: Any, **_: Any) -> None:
+        if not await cluster_delete.delete(memo.deps, dict(body)):
+            raise kopf.TemporaryError("waiting for the hcloud Load Balancer to be deleted", delay=15)
+
+    _ = (host_delete, machine_delete, capi_machine, machine_owner, cluster_delete_)
 
 
 def _gate(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> None:
