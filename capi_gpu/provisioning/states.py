@@ -77,6 +77,15 @@ def registering(ctx: Context) -> Decision:
             boot_id=obs.ssh.boot_id,
             **facts,
         )
+    if obs.claimed and ctx.status.host_keys.os:
+        # A claimed host with a pinned OS key may be a live node whose status was lost: inspecting it would
+        # boot it into rescue. Machines claim only Available hosts, so wait for the OS to answer (or a human).
+        why = obs.ssh.message or obs.ssh.outcome.value if obs.ssh is not None else "not probed"
+        return Decision(
+            copy_status(ctx, **facts),
+            requeue_after=ctx.timing.poll * 6,
+            notes=(Note("AdoptionWaiting", f"claimed host: its installed OS did not answer as itself ({why})", True),),
+        )
     if not ctx.slot_free:
         return Decision(
             copy_status(ctx, **facts), requeue_after=ctx.timing.poll, notes=(Note("Delayed", "provisioning limit"),)
