@@ -174,7 +174,7 @@ async def _refresh_uid(deps: Deps, host: HetznerGPUHost, uid: str, namespace: st
     """The consumer is matched by name and namespace; a uid that changed (clusterctl move recreates the
     machine) is written back, with a resourceVersion precondition so a concurrent release wins."""
     try:
-        await deps.kube.patch(
+        written = await deps.kube.patch(
             HOSTS,
             hostname(host),
             {
@@ -187,6 +187,7 @@ async def _refresh_uid(deps: Deps, host: HetznerGPUHost, uid: str, namespace: st
         raise AccessError(hostmove.Reason.CONSUMER_CHANGED, "host changed while refreshing consumerRef.uid") from exc
     assert host.spec.consumer_ref is not None
     host.spec.consumer_ref.uid = uid
+    host.metadata["resourceVersion"] = written["metadata"]["resourceVersion"]  # later writes' precondition
 
 
 async def _consumer_paused(deps: Deps, machine: Obj, namespace: str) -> bool:

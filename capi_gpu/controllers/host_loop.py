@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from capi_gpu import domain, metrics
+from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.controllers import events, host_actions, host_move, host_probes, loops
 from capi_gpu.controllers.deps import AccessError, Deps
@@ -106,9 +107,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     try:
         env = await load(deps, host, namespace)
     except AccessError as exc:
-        await _write(deps, obj, host, Decision(host.status), None, (exc.reason, str(exc)))
-        events.emit(obj, exc.reason, str(exc), warning=True)
-        return deps.settings.timing.poll if exc.reason == hostmove.Reason.CONSUMER_MISSING else 60.0
+        return await _wait_for(deps, obj, host, exc)
     pausing = host_move.paused(obj) or (env.consumer is not None and env.consumer.paused)
     if pausing and not in_flight:
         return await host_move.pause(deps, obj, host)
@@ -153,6 +152,15 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     final = outcomes.apply_result(after, decision.action, result)
     await _write(deps, obj, host, final, env, pausing=pausing)
     return next_pass(final, timing)
+
+
+async def _wait_for(deps: Deps, obj: Obj, host: HetznerGPUHost, exc: AccessError) -> float:
+    """Something the pass needs is not there (a Secret, a consumer not moved here yet): say so, touch nothing."""
+    before = c.get(host.status.conditions, c.Type.READY)
+    await _write(deps, obj, host, Decision(host.status), None, (exc.reason, str(exc)))
+    if before is None or before.reason != exc.reason:  # once per cause, not once per pass
+        events.emit(obj, exc.reason, str(exc), warning=True)
+    return deps.settings.timing.poll * 3 if exc.reason == hostmove.Reason.CONSUMER_MISSING else 60.0
 
 
 def next_pass(decision: Decision, timing: Timing) -> float:
