@@ -4,10 +4,17 @@ Runs as a kopf daemon per HetznerGPUHost. Each pass does at most one external ac
 that records a destructive action happens before the action is sent, and the outcome is written right
 after, so a kill at any point resumes from status without repeating it. Waits are ``asyncio.wait_for``
 on a wake-up event (a claim by the machine controller) or the decision's requeue time: no busy polling.
+
+Every status write carries the resourceVersion it was derived from. Status has other writers (``capi-gpu
+nodes relayout`` records the new layout; a moved host's snapshot is restored), and a whole-status merge
+patch from a stale read would silently undo theirs, or they ours: an operation record lost is a destructive
+step that may be sent twice. A stale write fails (409) instead: before an action nothing is sent and the
+next pass decides again from a fresh read; after one, the outcome is applied again to a fresh read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -17,12 +24,21 @@ from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.controllers import events, host_actions, host_move, host_probes, loops
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
-from capi_gpu.kube import Obj
+from capi_gpu.kube import Conflict, Obj
 from capi_gpu.provisioning import host_conditions, hostmove, outcomes, states, transitions
-from capi_gpu.provisioning.model import Decision, Observations, Timing
+from capi_gpu.provisioning.model import Action, ActionResult, Decision, Observations, Timing
 
 log = logging.getLogger(__name__)
 IDLE = 300.0
+OUTCOME_WRITES = 3  # tries to record an action's outcome against other status writers
+
+
+def _versioned(host: HetznerGPUHost, written: Obj | None) -> HetznerGPUHost:
+    """``host`` carrying the resourceVersion of our own latest write, so the next write's precondition holds."""
+    version = ((written or {}).get("metadata") or {}).get("resourceVersion")
+    if version is None:
+        return host
+    return host.model_copy(update={"metadata": {**host.metadata, "resourceVersion": version}})
 
 
 def _annotations(obj: Obj) -> dict[str, str]:
@@ -48,10 +64,13 @@ async def _write(
         # RobotCredentialsValid must say so now, not at its next poll minutes later.
         deps.wakeups.wake_all("cluster", ns)
     host_move.paused_condition(status, pausing, deps)
-    await host_move.write_annotations(deps, obj, host, status)
+    host = _versioned(host, await host_move.write_annotations(deps, obj, host, status))
     old_step, old_state = host.status.step, host.status.state
     if status.model_dump() != host.status.model_dump():
-        await deps.kube.patch(HOSTS, name, {"status": status.model_dump(by_alias=True, mode="json")}, ns, sub="status")
+        body: Obj = {"status": status.model_dump(by_alias=True, mode="json")}
+        if (version := host.metadata.get("resourceVersion")) is not None:
+            body["metadata"] = {"resourceVersion": version}  # 409 if anyone wrote since our read
+        host = _versioned(host, await deps.kube.patch(HOSTS, name, body, ns, sub="status"))
     metrics.host_state(ns, name, status.state.value)
     if (old_state, old_step) != (status.state, status.step) and host.status.step_started_at is not None:
         took = (now - host.status.step_started_at).total_seconds()
@@ -63,7 +82,7 @@ async def _write(
     current = obj["metadata"].get("labels") or {}
     changed = {k: v for k, v in labels.items() if current.get(k) != v and not (v is None and k not in current)}
     if changed:
-        await deps.kube.patch(HOSTS, name, {"metadata": {"labels": changed}}, ns)
+        host = _versioned(host, await deps.kube.patch(HOSTS, name, {"metadata": {"labels": changed}}, ns))
     if host.spec.consumer_ref is not None and (old_state, old_step) != (status.state, status.step):
         deps.wakeups.wake("machine", host.spec.consumer_ref.namespace or ns, host.spec.consumer_ref.name)
     key = (ns, name)
@@ -132,11 +151,15 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         permanent_cleared=host.status.error_permanent and domain.ANNOTATION_PERMANENT_ERROR not in annotations,
     )
     decision = states.decide(ctx)
-    host = await _write(deps, obj, host, decision, env, pausing=pausing)
+    try:
+        host = await _write(deps, obj, host, decision, env, pausing=pausing)
+    except Conflict:
+        return 0.5  # written by someone else since our read: nothing recorded, nothing sent; decide again
     if reinspect and decision.status.state is HostState.INSPECTING:
-        await deps.kube.patch(
+        done = await deps.kube.patch(
             HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace
         )
+        host = _versioned(host, done)
     if decision.action is None:
         return next_pass(decision, timing)
     result = await host_actions.execute(deps, host, env, decision.action, _wipe_list(obj))
@@ -148,10 +171,34 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         result.outcome.value,
         events.redact(result.message, [env.ssh_private]),
     )
-    after = transitions.Context(host, obs, deps.clock(), timing, hostname(host), ctx.wipe_requested, slot_free)
-    final = outcomes.apply_result(after, decision.action, result)
-    await _write(deps, obj, host, final, env, pausing=pausing)
+    final = await record_outcome(deps, obj, host, env, decision.action, result, ctx, pausing)
     return next_pass(final, timing)
+
+
+async def record_outcome(
+    deps: Deps,
+    obj: Obj,
+    host: HetznerGPUHost,
+    env: HostEnv | None,
+    action: Action,
+    result: ActionResult,
+    ctx: transitions.Context,
+    pausing: bool = False,
+) -> Decision:
+    """Write an action's outcome; when another writer got in since our record (409), apply the outcome
+    to a fresh read instead of overwriting theirs (or dropping ours)."""
+    for attempt in range(OUTCOME_WRITES):
+        after = dataclasses.replace(ctx, host=host, now=deps.clock(), permanent_cleared=False)
+        final = outcomes.apply_result(after, action, result)
+        try:
+            await _write(deps, obj, host, final, env, pausing=pausing)
+            return final
+        except Conflict:
+            if attempt + 1 == OUTCOME_WRITES:
+                raise
+            obj = await deps.kube.get(HOSTS, obj["metadata"]["name"], obj["metadata"]["namespace"])
+            host = HetznerGPUHost.model_validate(obj)
+    raise AssertionError("unreachable")
 
 
 async def _wait_for(deps: Deps, obj: Obj, host: HetznerGPUHost, exc: AccessError) -> float:

@@ -28,9 +28,10 @@ def _conditions_body(conds: list[Condition]) -> dict[str, object]:
     return {"conditions": [x.model_dump(by_alias=True, mode="json") for x in conds]}
 
 
-async def write_annotations(deps: Deps, obj: Obj, host: HetznerGPUHost, status: HetznerGPUHostStatus) -> None:
+async def write_annotations(deps: Deps, obj: Obj, host: HetznerGPUHost, status: HetznerGPUHostStatus) -> Obj | None:
     """Before the status write, in one patch: the permanent-error annotation (what a human removes to
-    release the host), the status snapshot a move carries, and block-move while a destructive step is open."""
+    release the host), the status snapshot a move carries, and block-move while a destructive step is open.
+    Carries the host's resourceVersion when it has one (host_loop's precondition); returns what was written."""
     current = annotations_of(obj)
     want: dict[str, str | None] = {}
     if status.error_permanent and not host.status.error_permanent:
@@ -39,11 +40,15 @@ async def write_annotations(deps: Deps, obj: Obj, host: HetznerGPUHost, status: 
     want[domain.BLOCK_MOVE_ANNOTATION] = "" if hostmove.in_flight(status) else None
     changed = {k: v for k, v in want.items() if current.get(k) != v and not (v is None and k not in current)}
     if not changed:
-        return
+        return None
     meta = obj["metadata"]
-    await deps.kube.patch(HOSTS, meta["name"], {"metadata": {"annotations": changed}}, meta["namespace"])
+    patch: Obj = {"annotations": changed}
+    if (version := host.metadata.get("resourceVersion")) is not None:
+        patch["resourceVersion"] = version
+    written = await deps.kube.patch(HOSTS, meta["name"], {"metadata": patch}, meta["namespace"])
     merged = {**current, **changed}
     meta["annotations"] = {k: v for k, v in merged.items() if v is not None}
+    return written
 
 
 async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost | None:
