@@ -147,7 +147,7 @@ def test_every_binding_names_the_manager_service_account(components: list[dict[s
         bound.add(b["roleRef"]["name"])
     # The aggregated role is CAPI core's; the readiness role is for a workload cluster's gate identity.
     assert roles - bound == {"capi-gpu-aggregated-manager-role", "capi-gpu-readiness"}
-    assert bound == {"capi-gpu-manager-role", "capi-gpu-peering-role"}
+    assert bound == {"capi-gpu-manager-role", "capi-gpu-manager-secrets-role", "capi-gpu-peering-role"}
 
 
 def test_the_peering_object_matches_the_peering_flag(components: list[dict[str, Any]]) -> None:
