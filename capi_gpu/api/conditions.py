@@ -66,6 +66,7 @@ class Reason(StrEnum):
     LOAD_BALANCER_DISABLED = "LoadBalancerDisabled"
     LOAD_BALANCER_FAILED = "LoadBalancerFailed"
     KUBECONFIG_REJECTED = "KubeconfigRejected"
+    OS_HOST_KEY_UNTRUSTED = "OSHostKeyUntrusted"
 
 
 def set_condition(

@@ -9,6 +9,7 @@ import base64
 from dataclasses import dataclass
 
 from capi_gpu import domain
+from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_key
@@ -79,6 +80,13 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
     name = f"{hostname(host)}{domain.OS_HOSTKEY_SECRET_SUFFIX}"
     secret = await deps.kube.get_or_none(SECRETS, name, namespace)
     if secret is not None:
+        if not _ours(secret, uid):
+            # Whoever planted it knows the private key: pinning it would let them answer as the node.
+            raise AccessError(
+                c.Reason.OS_HOST_KEY_UNTRUSTED,
+                f"Secret {namespace}/{name} is not owned by this HetznerGPUHost (uid {uid}); an OS host key is "
+                "used only from the Secret the controller created. Delete it (if no key is pinned yet) to get one",
+            )
         pair = hostkeys.HostKeyPair(
             secret_value(secret, "ssh-host-privatekey", "OS host key"),
             secret_value(secret, "ssh-host-publickey", "OS host key"),
@@ -118,6 +126,16 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
     )
     deps.os_keys[key] = (uid, pair)
     return pair
+
+
+def _ours(secret: Obj, host_uid: str) -> bool:
+    """Created by this controller for this host: owned by the HetznerGPUHost with this uid (clusterctl move
+    rewrites owner references to the new uids, so a moved Secret still qualifies)."""
+    owners = secret["metadata"].get("ownerReferences") or []
+    return bool(host_uid) and any(
+        o.get("kind") == "HetznerGPUHost" and o.get("uid") == host_uid and o.get("apiVersion") == domain.API_VERSION
+        for o in owners
+    )
 
 
 async def _bootstrap_for(

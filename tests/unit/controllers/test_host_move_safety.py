@@ -90,7 +90,15 @@ SECRETS = [
 ]
 OS_SECRET = (
     "secrets",
-    _secret(f"{HOST}-os-hostkey", ssh_host_privatekey=OS_KEY.private, ssh_host_publickey=OS_KEY.public),
+    {
+        **_secret(f"{HOST}-os-hostkey", ssh_host_privatekey=OS_KEY.private, ssh_host_publickey=OS_KEY.public),
+        "metadata": {  # as clusterctl move recreates it: owned by the host's new uid
+            "name": f"{HOST}-os-hostkey",
+            "ownerReferences": [
+                {"apiVersion": domain.API_VERSION, "kind": "HetznerGPUHost", "name": HOST, "uid": "host-uid-target"}
+            ],
+        },
+    },
 )
 
 
