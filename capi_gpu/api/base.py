@@ -3,7 +3,10 @@
 The pydantic models are the single source of the CRD schemas (see ``crdgen``), so what a field accepts
 is written once, here, and reaches the apiserver as OpenAPI. Field docstrings become the CRD
 descriptions (``use_attribute_docstrings``). ``json_schema_extra`` carries the few Kubernetes
-extensions (list-type, int-or-string) that plain JSON Schema can't say.
+extensions (list-type, int-or-string) that plain JSON Schema can't say, and the CEL rules
+(``x-kubernetes-validations``) the apiserver checks at admission: a rule is declared once, next to the
+field it guards, with :func:`cel` and :func:`validations`, so bad input is refused at ``kubectl apply``
+with the message a user can act on, not found later by a controller.
 """
 
 from __future__ import annotations
@@ -45,6 +48,29 @@ def list_map(*keys: str) -> dict[str, Any]:
 
 
 INT_OR_STRING: dict[str, Any] = {"x-kubernetes-int-or-string": True}
+
+
+def cel(rule: str, message: str, *, field: str | None = None, reason: str | None = None) -> dict[str, str]:
+    """One CEL rule. ``message`` names the field and the fix; ``field`` (a path relative to where the rule
+    sits, e.g. ``.values``) is where the apiserver reports it; ``reason`` one of FieldValueInvalid,
+    FieldValueForbidden, FieldValueRequired, FieldValueDuplicate. A rule using ``oldSelf`` is a
+    transition rule: it runs on updates only."""
+    out = {"rule": rule, "message": message}
+    if field is not None:
+        out["fieldPath"] = field
+    if reason is not None:
+        out["reason"] = reason
+    return out
+
+
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    """json_schema_extra attaching CEL rules to a model (in its ``model_config``) or to a field."""
+    return {"x-kubernetes-validations": list(rules)}
+
+
+def immutable(message: str) -> dict[str, Any]:
+    """json_schema_extra for a field that can't change once set (a transition rule on the field)."""
+    return validations(cel("self == oldSelf", message))
 
 
 class ConditionStatus(StrEnum):
@@ -118,11 +144,29 @@ class LabelSelectorOperator(StrEnum):
 class LabelSelectorRequirement(KubeModel):
     """A metav1 label selector requirement."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",
+                "operator In and NotIn need at least one entry in values (e.g. values: [rtx-pro-6000]); "
+                "use Exists to match any value",
+                field=".values",
+                reason="FieldValueRequired",
+            ),
+            cel(
+                "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0",
+                "operator Exists and DoesNotExist take no values: remove values, or use In / NotIn",
+                field=".values",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
+
     key: Annotated[str, Field(min_length=1, max_length=317)]
     """Label key."""
     operator: LabelSelectorOperator
     """In, NotIn, Exists or DoesNotExist."""
-    values: list[str] | None = None
+    values: Annotated[list[Annotated[str, Field(max_length=63)]] | None, Field(max_length=64)] = None
     """Values for In and NotIn; empty for Exists and DoesNotExist."""
 
 
@@ -131,7 +175,7 @@ class LabelSelector(KubeModel):
 
     match_labels: dict[str, str] | None = None
     """Labels a host must carry, exactly."""
-    match_expressions: list[LabelSelectorRequirement] | None = None
+    match_expressions: Annotated[list[LabelSelectorRequirement] | None, Field(max_length=32)] = None
     """Set-based requirements, ANDed with matchLabels."""
 
     def matches(self, labels: dict[str, str]) -> bool:

@@ -1,7 +1,8 @@
 """Generates the CRD YAML under ``crds/`` from the pydantic models.
 
 pydantic emits JSON Schema; the apiserver wants *structural* OpenAPI v3: no ``$ref``, no ``anyOf`` with
-null, no titles, a type on every node (except int-or-string), defaults only where they validate. This
+null, no titles, a type on every node (except int-or-string), defaults only where they validate. CEL
+rules (``x-kubernetes-validations``, see ``base.cel``) pass through as the models declare them. This
 module is that translation, plus the CRD envelope (labels, status subresource, printer columns).
 ``capi-gpu crds --check`` fails when the committed files differ, so the YAML can't drift from the code.
 """
@@ -18,6 +19,7 @@ from capi_gpu import domain
 from capi_gpu.api.kinds import KINDS, Kind
 
 _DROP = {"title", "$defs", "examples"}
+_RULES = "x-kubernetes-validations"
 
 
 def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
@@ -27,7 +29,7 @@ def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
         return node
     if "$ref" in node:
         target = copy.deepcopy(defs[node["$ref"].split("/")[-1]])
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        merged = _merge(target, {k: v for k, v in node.items() if k != "$ref"})
         return _resolve(merged, defs, in_status)
     if "anyOf" in node:
         branches = [b for b in node["anyOf"] if b.get("type") != "null"]
@@ -35,7 +37,7 @@ def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
             rest = {k: v for k, v in node.items() if k != "anyOf"}
             if rest.get("default", 0) is None:
                 rest.pop("default")
-            return _resolve({**branches[0], **rest}, defs, in_status)
+            return _resolve(_merge(branches[0], rest), defs, in_status)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:
@@ -45,6 +47,16 @@ def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
         else:
             out[key] = _resolve(value, defs, in_status)
     return _structural(out, in_status)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` wins, except that CEL rules add up: a model's own rules and the ones the field using it
+    declares (its immutability, say) all apply."""
+    merged = {**base, **over}
+    rules = [*base.get(_RULES, []), *over.get(_RULES, [])]
+    if rules:
+        merged[_RULES] = rules
+    return merged
 
 
 def _structural(node: dict[str, Any], in_status: bool) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from capi_gpu.api.base import Conditions, KubeModel, ObjectReference
+from capi_gpu.api.base import Conditions, KubeModel, ObjectReference, cel, immutable, validations
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec
 
 
@@ -64,6 +64,16 @@ class ErrorType(StrEnum):
 class RootDeviceHints(KubeModel):
     """Which disks to install on, by WWN (device names change between rescue and the OS)."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(has(self.wwn) && has(self.raidWWNs))",
+                "wwn and raidWWNs are mutually exclusive: wwn names one disk, raidWWNs the disks of a RAID",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
+
     wwn: Annotated[str | None, Field(pattern=r"^(0x|eui\.|nvme-eui\.|naa\.)?[0-9a-fA-F.]+$")] = None
     """One disk by WWN."""
     raid_wwns: Annotated[list[str] | None, Field(min_length=2, max_length=8)] = None
@@ -97,7 +107,16 @@ class RobotAccess(KubeModel):
 class HetznerGPUHostSpec(KubeModel):
     """A leased Robot server offered to the pool."""
 
-    server_number: Annotated[int, Field(ge=1)]
+    server_number: Annotated[
+        int,
+        Field(
+            ge=1,
+            json_schema_extra=immutable(
+                "serverNumber is immutable: create a new HetznerGPUHost for another server "
+                "(and delete this one once it is not in use)"
+            ),
+        ),
+    ]
     """Robot server number."""
     robot: RobotAccess = RobotAccess()
     """Robot account and SSH key used for this server."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from capi_gpu.api.base import (
     INT_OR_STRING,
@@ -19,12 +19,26 @@ from capi_gpu.api.base import (
     LabelSelector,
     MachineAddress,
     ObjectMetaTemplate,
+    cel,
+    immutable,
+    validations,
 )
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec
 
 
 class HetznerGPUMachineSpec(KubeModel):
     """Desired state of one GPU (or control-plane) machine on a Robot host."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",
+                "providerID is set by the controller when it claims a host and can't change: "
+                "delete the Machine to move it to another host",
+                field=".providerID",
+            ),
+        )
+    )
 
     provider_id: Annotated[str | None, Field(min_length=1, max_length=512, pattern=r"^hrobot://[0-9]+$")] = None
     """hrobot://<serverNumber>; set by the controller once a host is claimed, never changed."""
@@ -84,7 +98,15 @@ class TemplateStandby(KubeModel):
 class HetznerGPUMachineTemplateSpec(KubeModel):
     """Template spec."""
 
-    template: HetznerGPUMachineTemplateResource
+    template: Annotated[
+        HetznerGPUMachineTemplateResource,
+        Field(
+            json_schema_extra=immutable(
+                "spec.template is immutable, as CAPI templates are: create a new HetznerGPUMachineTemplate "
+                "and point the MachineDeployment's infrastructureRef at it (spec.standby may change in place)"
+            )
+        ),
+    ]
     """The machine template."""
     standby: TemplateStandby | None = None
     """Warm standby pool among the hosts the template's hostSelector matches."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from capi_gpu.api.base import KubeModel
+from capi_gpu.api.base import KubeModel, cel, validations
 
 DEFAULT_IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.zst"
 IMAGE_SUFFIX_PATTERN = r"^\S+\.(tar|tar\.gz|tgz|tar\.bz|tar\.bz2|tbz|tar\.xz|txz|tar\.zst)$"
@@ -34,7 +34,7 @@ class Partition(KubeModel):
     """Mount point (/, /boot, ...), swap, or lvm."""
     file_system: FileSystem
     """File system for the partition."""
-    size: Annotated[str, Field(pattern=r"^(all|[1-9][0-9]*[MGT])$")]
+    size: Annotated[str, Field(max_length=16, pattern=r"^(all|[1-9][0-9]*[MGT])$")]
     """Size like 1024M, 100G, or all (the last partition only)."""
 
 
@@ -46,14 +46,27 @@ class InstallImageSpec(KubeModel):
         Field(default="/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.zst", pattern=IMAGE_SUFFIX_PATTERN),
     ]
     """Image (IMAGE line): a path in the rescue system or an http(s) URL of a tar archive."""
-    partitions: Annotated[list[Partition], Field(min_length=1, max_length=16)] = [
+    partitions: Annotated[
+        list[Partition],
+        Field(
+            min_length=1,
+            max_length=16,
+            json_schema_extra=validations(
+                cel(
+                    "self.all(p, p.size != 'all') || self[size(self) - 1].size == 'all' "
+                    "&& size(self.filter(p, p.size == 'all')) == 1",
+                    "only the last partition may have size all: give the others a size like 100G",
+                )
+            ),
+        ),
+    ] = [
         Partition(mount="/boot", file_system=FileSystem.EXT4, size="1024M"),
         Partition(mount="/", file_system=FileSystem.EXT4, size="all"),
     ]
     """Partitions, in order."""
     swraid: Annotated[int, Field(ge=0, le=1)] = 1
     """1 builds a software RAID over the root devices."""
-    swraid_level: Annotated[int, Field(default=1)] = 1
+    swraid_level: Literal[0, 1, 5, 6, 10] = 1
     """RAID level: 0, 1, 5, 6 or 10."""
     post_install_script: Annotated[str | None, Field(max_length=65536)] = None
     """Extra shell run by installimage's -x step after ours (OS host key, NoCloud seed)."""
@@ -69,14 +82,37 @@ class MigMode(StrEnum):
 class MigLayout(KubeModel):
     """The MIG layout: a named preset or explicit profile counts (validated for placement by the controller)."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(has(self.preset) && has(self.profiles))",
+                "preset and profiles are mutually exclusive: keep preset (e.g. all-1g.24gb) or profiles "
+                "(e.g. {1g.24gb: 2, 2g.48gb: 1}), not both",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
+
     preset: Annotated[str | None, Field(pattern=r"^all-[a-z0-9.+-]+$", max_length=63)] = None
     """A mig-parted preset name such as all-1g.24gb or all-balanced."""
-    profiles: dict[str, Annotated[int, Field(ge=1, le=8)]] | None = None
+    profiles: Annotated[dict[str, Annotated[int, Field(ge=1, le=8)]] | None, Field(max_length=16)] = None
     """Profile -> instance count, e.g. {1g.24gb: 2, 2g.48gb: 1}."""
 
 
 class GPUSpec(KubeModel):
     """The NVIDIA stack Ansible installs and the MIG layout it applies before the kubelet joins."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.migMode) || self.migMode != 'Dynamic' || !has(self.layout)",
+                "migMode Dynamic lets the DRA driver create instances and destroys pre-made ones; "
+                "remove layout or use migMode Static",
+                field=".layout",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
 
     model: Annotated[str | None, Field(pattern=r"^[a-z0-9-]+$", max_length=32)] = None
     """GPU catalog name the host must carry (rtx-pro-6000, h100-80gb, h200-141gb); any MIG-capable GPU when unset."""
