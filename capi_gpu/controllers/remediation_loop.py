@@ -32,7 +32,10 @@ OWNER_REMEDIATED = "OwnerRemediated"
 
 
 async def _node(deps: Deps, namespace: str, cluster: str, node_name: str) -> Obj | None:
-    kube = await workload.client(deps, namespace, cluster)
+    try:
+        kube = await workload.client(deps, namespace, cluster)
+    except workload.UnsafeKubeconfig:
+        return None  # never loaded; the HetznerGPUCluster's WorkloadKubeconfigValid says why
     if kube is None:
         return None
     try:

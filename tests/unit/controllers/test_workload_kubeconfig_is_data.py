@@ -1,7 +1,7 @@
 """The workload kubeconfig is data, not code: a ``<cluster>-kubeconfig`` Secret with an exec plugin, an auth
 provider, a token file or any file path is refused before the client library sees it (nothing runs, no
 daemon starts) and the HetznerGPUCluster says why in ``WorkloadKubeconfigValid``; a CAPI-shaped one (inline
-certificates or a token) passes."""
+certificates or a token) passes; remediation's Node read goes through the same check."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import yaml
 from capi_gpu.api import conditions as c
 from capi_gpu.api.base import utcnow
 from capi_gpu.api.cluster import HetznerGPUCluster
-from capi_gpu.controllers import workload
+from capi_gpu.controllers import remediation_loop, workload
 from capi_gpu.kube import AsyncKube, Obj, Res
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
@@ -127,3 +127,16 @@ async def test_an_exec_plugin_kubeconfig_is_refused_with_a_condition_and_nothing
     assert cond is not None and cond.status == "False" and cond.reason == c.Reason.KUBECONFIG_REJECTED
     assert "users[admin].exec" in cond.message
     assert not marker.exists() and started == []
+
+
+async def test_remediation_reads_no_node_through_a_refused_kubeconfig(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    plugin = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": sys.executable,
+        "args": ["-c", f"open({str(marker)!r}, 'w').write('x')"],
+        "interactiveMode": "Never",
+    }
+    deps: Any = SimpleNamespace(kube=FakeKube(_kubeconfig({"exec": plugin})), clock=utcnow)
+    assert await remediation_loop._node(deps, "gpu", "dev", "gex-1") is None
+    assert not marker.exists()
