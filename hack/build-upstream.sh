@@ -2,13 +2,14 @@
 # Builds the pinned upstream binaries the tests and `capi-gpu dev up` run against, into a cache
 # outside the repository keyed by version. Idempotent: a component whose stamp file exists is reused.
 #
-#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl]...
+#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|ca]...
 #
 # Layout:  $CAPI_GPU_CACHE/bin/k8s-<ver>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
 #          $CAPI_GPU_CACHE/bin/kine-<ver>/kine
 #          $CAPI_GPU_CACHE/bin/capi-<ver>/{cluster-api-manager,crds/*.yaml}
 #          $CAPI_GPU_CACHE/bin/kustomize-<ver>/kustomize
 #          $CAPI_GPU_CACHE/bin/clusterctl-<capi ver>/clusterctl
+#          $CAPI_GPU_CACHE/bin/cluster-autoscaler-<ver>/cluster-autoscaler  (clusterapi provider only)
 # KUBEBUILDER_ASSETS, when set, supplies kube-apiserver (and kubectl) instead of building them.
 set -euo pipefail
 
@@ -136,13 +137,39 @@ build_clusterctl() { # the same CAPI module as the manager; tests run `generate 
   log "clusterctl $CAPI_VERSION: built into $out"
 }
 
+build_ca() { # cluster-autoscaler: the Go proxy refuses its module, so build from the tag's source tree
+  local out=$BIN/cluster-autoscaler-$CLUSTER_AUTOSCALER_VERSION
+  if [ -f "$out/.done" ]; then log "cluster-autoscaler $CLUSTER_AUTOSCALER_VERSION: cached in $out"; return; fi
+  need_go
+  local tag=cluster-autoscaler-$CLUSTER_AUTOSCALER_VERSION src=$WORK/cluster-autoscaler-$CLUSTER_AUTOSCALER_VERSION
+  local tarball=${CA_SRC_TARBALL:-$here/../../shared/upstream/$tag-src.tar.gz}
+  rm -rf "$src"; mkdir -p "$src"
+  if [ -f "$tarball" ]; then
+    step="cluster-autoscaler: verify $tarball"; log "$step"
+    echo "$CLUSTER_AUTOSCALER_SRC_SHA256  $tarball" | sha256sum -c --quiet -
+    tar -xzf "$tarball" -C "$src"
+  else
+    step="cluster-autoscaler: download tag $tag ($CLUSTER_AUTOSCALER_COMMIT)"; log "$step"
+    curl -fsSL "https://github.com/kubernetes/autoscaler/archive/$CLUSTER_AUTOSCALER_COMMIT.tar.gz" \
+      | tar -xz -C "$src" --wildcards '*/cluster-autoscaler/*'
+  fi
+  local mod
+  mod=$(find "$src" -maxdepth 3 -type f -path '*/cluster-autoscaler/go.mod' | head -1)
+  [ -n "$mod" ] || { echo "build-upstream: no cluster-autoscaler/go.mod under $src" >&2; exit 2; }
+  step="cluster-autoscaler: go build -tags clusterapi"; log "$step"
+  mkdir -p "$out.tmp"
+  (cd "$(dirname "$mod")" && go build -tags clusterapi -trimpath -ldflags "-s -w" -o "$out.tmp/cluster-autoscaler" .)
+  rm -rf "$out" "$src"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "cluster-autoscaler $CLUSTER_AUTOSCALER_VERSION: built into $out"
+}
+
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s ;;
+    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_ca ;;
     k8s) build_k8s ;; kine) build_kine ;; capi) build_capi ;; kustomize) build_kustomize ;;
-    clusterctl) build_clusterctl ;;
-    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl)" >&2; exit 2 ;;
+    clusterctl) build_clusterctl ;; ca) build_ca ;;
+    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|ca)" >&2; exit 2 ;;
   esac
 done
 step=""
