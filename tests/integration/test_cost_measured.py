@@ -1,6 +1,7 @@
 """`capi-gpu cost --measured` against the real kube-apiserver: GPU nodes from gpu.nvidia.com ResourceSlices
 (the driver field selector), slices held by allocated ResourceClaims (status written through the status
-subresource, allocationTimestamp kept), the --node filter, and exit 1 when there is nothing to measure."""
+subresource, allocationTimestamp kept), the --node filter, exit 1 when there is nothing to measure, and --plot
+marking the measured utilization."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import datetime
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,6 +78,7 @@ def test_measured_utilization_from_claims(
     namespace: str,
     nodes: tuple[str, str, str],
     capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     a, b, gate_only = nodes
     allocate(kube, namespace, "train", a, "gpu-0-mig-2g48gb-5-6", hours_ago=6)  # 2 slices x 6 h
@@ -93,6 +96,12 @@ def test_measured_utilization_from_claims(
     (scenario,) = d["scenarios"]
     assert scenario["utilization"] == pytest.approx(m["utilization"], abs=1e-4)
     assert {h["claim"] for h in m["held"]} == {f"{namespace}/train", f"{namespace}/serve"}
+
+    chart = tmp_path / "measured.svg"  # --plot marks the measured utilization on the chart
+    rc, d, err = measured(control_plane, capsys, "--window", "24h", "--node", a, "--node", b, "--plot", str(chart))
+    assert rc == 0, err
+    svg = chart.read_text()
+    assert f"measured utilization {d['measured']['utilization']:.1%}" in svg and "break-even" in svg
 
     rc, d, err = measured(control_plane, capsys, "--window", "1h", "--node", a)
     assert rc == 0, err

@@ -1,7 +1,8 @@
 """`capi-gpu hosts` against the real kube-apiserver: register (defaults, labels, secrets, duplicate server
 and name refused, bad input), list (table, JSON, -A, the context's namespace), maintenance on/off,
 inspect (the reinspect annotation), retire (confirmation, --force), consumed hosts refused, a host
-claimed between check and patch refused (resourceVersion guard), and the exit codes 0/1/2/3."""
+claimed between check and patch refused (resourceVersion guard), the exit codes 0/1/2/3, and watch
+without a terminal (one line per change, Events, --cluster)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import yaml
 from capi_gpu import cli, domain
 from capi_gpu.api import base
 from capi_gpu.cli import hosts
-from capi_gpu.kube import Kube, ours
+from capi_gpu.kube import EVENTS, Kube, ours
 from capi_gpu.sim.controlplane import ControlPlane, free_port
 
 pytestmark = pytest.mark.integration
@@ -212,3 +213,32 @@ def test_unreachable_apiserver_is_exit_3_and_a_missing_kubeconfig_exit_2(
     assert rc == 3 and "apiserver" in err
     rc, _, err = Cli(tmp_path / "missing", "default", capsys)("list")
     assert rc == 2 and "kubeconfig" in err
+
+
+def test_watch_without_a_terminal_prints_one_line_per_change(run: Cli, kube: Kube, namespace: str) -> None:
+    """Issue 21: the live view's plain mode against a real apiserver: several looks, one line per host change."""
+    assert run("register", "--server", "1301", "--name", "gex-w")[0] == 0
+    started = (base.utcnow() - datetime.timedelta(seconds=90)).isoformat().replace("+00:00", "Z")
+    status = {"state": "Provisioning", "step": "Install", "stepStartedAt": started}
+    kube.patch(HOSTS, "gex-w", {"status": status}, namespace, sub="status")
+    kube.create(
+        EVENTS,
+        {
+            "metadata": {"name": "gex-w.install", "namespace": namespace},
+            "involvedObject": {"kind": "HetznerGPUHost", "name": "gex-w", "namespace": namespace},
+            "reason": "InstallStarted",
+            "message": "installimage running",
+            "type": "Normal",
+            "lastTimestamp": started,
+        },
+        namespace,
+    )
+    rc, out, err = run("watch", "--interval", "0.5", "--timeout", "2")
+    assert rc == 0, err
+    host_lines = [line for line in out.splitlines() if "gex-w" in line and "event" not in line]
+    assert len(host_lines) == 1 and "Provisioning" in host_lines[0] and "Install" in host_lines[0], out
+    assert "3/8" in host_lines[0] and "\x1b[" not in out
+    assert out.count("InstallStarted: installimage running") == 1
+    rc, out, err = run("watch", "--cluster", "no-such-cluster", "--interval", "0.5", "--timeout", "0.5")
+    assert rc == 0 and "gex-w" not in out, out  # no Machine of that cluster consumes it
+    assert run("watch", "--interval", "0")[0] == 2
