@@ -50,6 +50,8 @@ class Reason(StrEnum):
     IMPOSSIBLE_LAYOUT = "ImpossibleLayout"
     UNKNOWN_GPU_MODEL = "UnknownGPUModel"
     DYNAMIC_MIG_WITH_LAYOUT = "DynamicMIGWithLayout"
+    DRIVER_TOO_OLD = "DriverTooOld"
+    DUPLICATE_SERVER = "DuplicateServer"
     SECRET_MISSING = "SecretMissing"
     SECRET_INVALID = "SecretInvalid"
     CREDENTIALS_REJECTED = "CredentialsRejected"

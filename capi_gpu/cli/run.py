@@ -44,6 +44,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync",
     )
+    p.add_argument("--webhook-port", type=int, default=0, help="validating webhook port, HTTPS (0: off)")
+    p.add_argument("--webhook-address", default="0.0.0.0", help="validating webhook listen address")
+    p.add_argument(
+        "--webhook-cert-dir",
+        type=Path,
+        default=Path("/tmp/k8s-webhook-server/serving-certs"),
+        help="directory with the webhook's tls.crt and tls.key",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="json: one object per line")
     p.set_defaults(func=run)
@@ -86,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
         claim_scaler=args.claim_scaler,
         template_sync_annotations=args.sync_autoscaler_annotations,
+        webhook_port=args.webhook_port,
+        webhook_address=args.webhook_address,
+        webhook_cert_dir=args.webhook_cert_dir,
     )
 
     def make_deps() -> Deps:

@@ -19,7 +19,15 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.autoscaler import runner as scaler_runner
 from capi_gpu.autoscaler import sync as annotation_sync
-from capi_gpu.controllers import cluster_delete, cluster_loop, host_loop, machine_loop, remediation_loop, template_loop
+from capi_gpu.controllers import (
+    admission,
+    cluster_delete,
+    cluster_loop,
+    host_loop,
+    machine_loop,
+    remediation_loop,
+    template_loop,
+)
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.readiness import runner as gate_runner
@@ -72,6 +80,10 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(memo: Any, **kwargs: Any) -> None:
         configure(kwargs["settings"])  # kopf's OperatorSettings; ``settings`` here is ours
+        if settings.webhook_port:
+            kwargs["settings"].admission.server = admission.server(
+                settings.webhook_address, settings.webhook_port, settings.webhook_cert_dir
+            )
         # asyncio.to_thread (every SSH step, blocking for seconds) shares the default executor: size it for
         # every host provisioning at once, not for the CPU count (min(32, CPUs + 4) is 6 on 2 CPUs).
         io_threads = 2 * settings.provisioning_limit + 8
@@ -92,6 +104,8 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     if settings.gate:
         _gate(registry, when)
     _autoscaler(registry, settings, when)
+    if settings.webhook_port:  # kopf refuses to start with validate handlers and no server
+        admission.register(registry)
     _ = (startup, cleanup)
 
 

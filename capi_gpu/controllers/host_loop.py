@@ -25,7 +25,7 @@ from capi_gpu.controllers import events, host_actions, host_move, host_probes, l
 from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load
 from capi_gpu.kube import Conflict, Obj
-from capi_gpu.provisioning import host_conditions, hostmove, outcomes, states, transitions
+from capi_gpu.provisioning import admission, host_conditions, hostmove, outcomes, states, transitions
 from capi_gpu.provisioning.model import Action, ActionResult, Decision, Observations, Timing
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         if restored is None:
             return 60.0
         host = restored
+    if host.status.state is HostState.REGISTERING and await _held_as_duplicate(deps, obj, host):
+        return 60.0
     in_flight = hostmove.in_flight(host.status)  # a destructive step open: finish it before pausing
     if host_move.paused(obj) and not in_flight:
         return await host_move.pause(deps, obj, host)
@@ -199,6 +201,17 @@ async def record_outcome(
             obj = await deps.kube.get(HOSTS, obj["metadata"]["name"], obj["metadata"]["namespace"])
             host = HetznerGPUHost.model_validate(obj)
     raise AssertionError("unreachable")
+
+
+async def _held_as_duplicate(deps: Deps, obj: Obj, host: HetznerGPUHost) -> bool:
+    """The webhook's one-host-per-server check, for a host written while it was down: an older host of
+    the same server keeps it, this one never calls Robot (Ready False, DuplicateServer)."""
+    dup = admission.duplicate_server(host, await deps.kube.list(HOSTS), older_only=True)
+    if dup is None:
+        return False
+    await _write(deps, obj, host, Decision(host.status), None, (dup.reason, dup.message))
+    events.emit(obj, dup.reason, dup.message, warning=True)
+    return True
 
 
 async def _wait_for(deps: Deps, obj: Obj, host: HetznerGPUHost, exc: AccessError) -> float:

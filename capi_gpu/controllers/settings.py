@@ -46,6 +46,12 @@ class Settings(BaseModel):
     """Run the claim-aware scaler for MachineDeployments it owns."""
     template_sync_annotations: bool = False
     """Keep cluster-autoscaler capacity annotations on MachineDeployments in sync with templates."""
+    webhook_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """Port of the validating webhook (HTTPS); 0: no webhook server (config/webhook points at 9443)."""
+    webhook_address: str = "0.0.0.0"
+    """Address the webhook listens on."""
+    webhook_cert_dir: Path = Path("/tmp/k8s-webhook-server/serving-certs")
+    """tls.crt and tls.key of the webhook's serving certificate (cert-manager's Secret, mounted)."""
 
     @staticmethod
     def endpoint_problem(url: str, allow_plain_http: bool) -> str | None:

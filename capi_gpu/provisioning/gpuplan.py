@@ -12,6 +12,8 @@ from capi_gpu.api.specs import GPUSpec, MigMode
 from capi_gpu.gpu import catalog, migparted
 from capi_gpu.gpu import layout as miglayout
 
+DEFAULT_MODEL = "rtx-pro-6000"  # the GEX131's GPU: what a spec without gpu.model gets before inspection
+
 
 class PlanError(ValueError):
     def __init__(self, reason: Reason, message: str) -> None:
@@ -54,6 +56,16 @@ def model_for(name_or_id: str | None, cat: catalog.Catalog | None = None) -> cat
         raise PlanError(Reason.UNKNOWN_GPU_MODEL, f"GPU model {name_or_id!r} is not in the catalog") from exc
 
 
+def _check_driver(gpu: GPUSpec, model: catalog.GpuModel) -> None:
+    need = int(model.min_driver.branch.lstrip("R"))
+    if int(gpu.driver_branch) < need:
+        raise PlanError(
+            Reason.DRIVER_TOO_OLD,
+            f"driverBranch {gpu.driver_branch} has no MIG on {model.key} (needs {model.min_driver.branch}, "
+            f">= {model.min_driver.minimum}): use driverBranch {need} or later (580 is a long-term branch)",
+        )
+
+
 def plan(gpu: GPUSpec, model_name: str | None, cat: catalog.Catalog | None = None) -> GPUPlan:
     """Raises PlanError (with a condition reason) for anything a host must never be touched for."""
     model = model_for(gpu.model or model_name, cat)
@@ -65,9 +77,11 @@ def plan(gpu: GPUSpec, model_name: str | None, cat: catalog.Catalog | None = Non
                 "migMode Dynamic lets the DRA driver create instances and destroys pre-made ones; "
                 "remove spec.gpu.layout or use migMode Static",
             )
+        _check_driver(gpu, model)
         return GPUPlan(model, None, "dynamic", None)
     if spec is None:
         return GPUPlan(model, None, "none", None)
+    _check_driver(gpu, model)
     try:
         chosen = migparted.resolve(model, spec)
     except miglayout.LayoutError as exc:

@@ -23,6 +23,7 @@ CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
     "ClusterKopfPeering",
+    "ValidatingWebhookConfiguration",
 }
 COMPONENT_VARIABLES = {"CAPI_GPU_WATCH_FILTER", "CAPI_GPU_WATCH_NAMESPACE"}
 
@@ -92,7 +93,7 @@ def test_manager_deployment(components: list[dict[str, Any]]) -> None:
     assert "--watch-filter=${CAPI_GPU_WATCH_FILTER:=*}" in args
     assert "--peering=capi-gpu" in args
     ports = {p["name"]: p["containerPort"] for p in manager["ports"]}
-    assert ports == {"healthz": 8080, "metrics": 9090}
+    assert ports == {"healthz": 8080, "metrics": 9090, "webhook-server": 9443}
     assert "--liveness=http://0.0.0.0:8080/healthz" in args
     assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     sc = manager["securityContext"]

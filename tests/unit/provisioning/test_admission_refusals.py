@@ -1,0 +1,120 @@
+"""What the webhook refuses and the controllers' plan agrees on: an impossible MIG layout (with the nearest
+valid ones), a driver branch without MIG, an unknown GPU model, a second host for one Robot server; and
+what it lets through (valid layouts, no MIG on an old driver, a host updating itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from capi_gpu.api.conditions import Reason
+from capi_gpu.api.specs import GPUSpec
+from capi_gpu.gpu import catalog
+from capi_gpu.provisioning import admission, gpuplan
+
+CAT = catalog.builtin_catalog()
+API = "infrastructure.cluster.x-k8s.io/v1alpha1"
+
+
+def machine(gpu: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "HetznerGPUMachine", "metadata": {"name": "m"}, "spec": {"gpu": gpu}}
+
+
+def host(name: str, namespace: str, server: int, **spec: Any) -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": API, "kind": "HetznerGPUHost", "metadata": meta, "spec": {"serverNumber": server, **spec}}
+
+
+def test_impossible_layout_is_refused_with_the_nearest_valid_ones() -> None:
+    gpu = {"model": "rtx-pro-6000", "layout": {"profiles": {"1g.24gb": 3, "2g.48gb": 1}}}
+    [found] = admission.refusals("HetznerGPUMachine", machine(gpu), [], CAT)
+    assert found.field == "spec.gpu.layout"
+    assert found.reason == Reason.IMPOSSIBLE_LAYOUT
+    assert "needs 5 memory slices, the GPU has 4" in found.message
+    assert "Nearest valid layouts: 1g.24gb=2,2g.48gb=1" in found.message
+
+
+def test_the_refusal_is_the_message_the_controller_condition_carries() -> None:
+    gpu = {"model": "rtx-pro-6000", "layout": {"profiles": {"1g.24gb": 3, "2g.48gb": 1}}}
+    [found] = admission.refusals("HetznerGPUMachine", machine(gpu), [], CAT)
+    with pytest.raises(gpuplan.PlanError) as err:
+        gpuplan.plan(GPUSpec.model_validate(gpu), None)
+    assert (err.value.reason.value, str(err.value)) == (found.reason, found.message)
+
+
+def test_a_layout_without_model_is_checked_against_the_default_gpu() -> None:
+    [found] = admission.refusals("HetznerGPUMachine", machine({"layout": {"profiles": {"4g.96gb": 2}}}), [], CAT)
+    assert found.reason == Reason.IMPOSSIBLE_LAYOUT
+    assert "rtx-pro-6000" in found.message
+
+
+def test_template_layout_is_checked_under_its_path() -> None:
+    body = {
+        "apiVersion": API,
+        "kind": "HetznerGPUMachineTemplate",
+        "metadata": {"name": "t"},
+        "spec": {"template": {"spec": {"gpu": {"layout": {"profiles": {"1g.24gb": 5}}}}}},
+    }
+    [found] = admission.refusals("HetznerGPUMachineTemplate", body, [], CAT)
+    assert found.field == "spec.template.spec.gpu.layout"
+    assert "1g.24gb: 5 instances requested, at most 4 fit" in found.message
+
+
+def test_driver_branch_without_mig_is_refused_only_when_mig_is_used() -> None:
+    old = {"driverBranch": "570", "layout": {"preset": "all-1g.24gb"}}
+    [found] = admission.refusals("HetznerGPUMachine", machine(old), [], CAT)
+    assert (found.field, found.reason) == ("spec.gpu.driverBranch", Reason.DRIVER_TOO_OLD)
+    assert "use driverBranch 575 or later" in found.message
+    [dynamic] = admission.refusals("HetznerGPUMachine", machine({"driverBranch": "570", "migMode": "Dynamic"}), [], CAT)
+    assert dynamic.reason == Reason.DRIVER_TOO_OLD
+    assert admission.refusals("HetznerGPUMachine", machine({"driverBranch": "570"}), [], CAT) == []
+
+
+def test_unknown_model_is_refused_on_the_model_field() -> None:
+    [found] = admission.refusals("HetznerGPUMachine", machine({"model": "gtx-1080"}), [], CAT)
+    assert (found.field, found.reason) == ("spec.gpu.model", Reason.UNKNOWN_GPU_MODEL)
+
+
+def test_valid_layouts_and_presets_pass() -> None:
+    for gpu in (
+        {"layout": {"profiles": {"1g.24gb": 2, "2g.48gb": 1}}},
+        {"layout": {"preset": "all-balanced"}},
+        {"model": "h100-80gb", "layout": {"preset": "all-1g.10gb"}},
+        {"migMode": "Dynamic"},
+        {},
+    ):
+        assert admission.refusals("HetznerGPUMachine", machine(gpu), [], CAT) == [], gpu
+
+
+def test_standby_layout_uses_the_inspected_gpu() -> None:
+    h = host("a", "ns", 1, standby={"gpu": {"layout": {"preset": "all-1g.10gb"}}})
+    [found] = admission.refusals("HetznerGPUHost", h, [], CAT)
+    assert found.field == "spec.standby.gpu.layout"
+    h["status"] = {"hardware": {"gpus": [{"vendorId": "10de", "deviceId": "2330", "model": "h100-80gb"}]}}
+    assert admission.refusals("HetznerGPUHost", h, [], CAT) == []
+
+
+def test_second_host_for_a_server_is_refused_in_any_namespace() -> None:
+    existing = [host("gex-1", "team-a", 1234567), host("gex-2", "team-a", 7654321)]
+    [found] = admission.refusals("HetznerGPUHost", host("again", "team-b", 1234567), existing, CAT)
+    assert (found.field, found.reason) == ("spec.serverNumber", Reason.DUPLICATE_SERVER)
+    assert "server 1234567 already has HetznerGPUHost team-a/gex-1" in found.message
+    # The host itself (an update) and other servers pass.
+    assert admission.refusals("HetznerGPUHost", host("gex-1", "team-a", 1234567), existing, CAT) == []
+    assert admission.refusals("HetznerGPUHost", host("new", "team-b", 42), existing, CAT) == []
+
+
+def test_the_controller_holds_only_hosts_younger_than_another_of_the_same_server() -> None:
+    older = host("first", "a", 1234567)
+    older["metadata"]["creationTimestamp"] = "2026-12-03T10:00:00Z"
+    younger = host("second", "b", 1234567)
+    younger["metadata"]["creationTimestamp"] = "2026-12-03T11:00:00Z"
+    parsed = {
+        name: admission.HetznerGPUHost.model_validate({**doc, "status": {}})
+        for name, doc in (("older", older), ("younger", younger))
+    }
+    held = admission.duplicate_server(parsed["younger"], [older, younger], older_only=True)
+    assert held is not None and held.reason == Reason.DUPLICATE_SERVER
+    assert "already has HetznerGPUHost a/first" in held.message
+    assert admission.duplicate_server(parsed["older"], [older, younger], older_only=True) is None
