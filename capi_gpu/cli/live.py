@@ -63,10 +63,11 @@ class HostLine:
         return (self.state, self.step, self.consumer, self.node, self.gpu_ready)
 
     def steps_done(self) -> int:
-        """Ladder steps behind this host: all of them once provisioned, none before it starts."""
+        """Ladder steps behind this host: all of them once provisioned, none before it starts; a host in
+        Error keeps its step, so the bar shows where it stopped."""
         if self.state == HostState.PROVISIONED:
             return len(LADDER)
-        if self.state not in (HostState.PROVISIONING, HostState.STANDBY_PREPARING, HostState.STANDBY):
+        if self.state not in (HostState.PROVISIONING, HostState.STANDBY_PREPARING, HostState.STANDBY, HostState.ERROR):
             return 0
         if self.state == HostState.STANDBY:
             return LADDER.index(Step.BOOTSTRAP)  # prepared up to, not including, the join

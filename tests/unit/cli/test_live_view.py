@@ -72,6 +72,8 @@ def test_rows_come_from_host_status_and_the_consuming_machine() -> None:
     assert (by["gex-2"].step, by["gex-2"].in_step(NOW), by["gex-2"].node) == ("Install", "1m15s", "-")
     assert by["gex-2"].steps_done() == live.LADDER.index(live.Step.INSTALL) == 3
     assert (by["gex-3"].consumer, by["gex-3"].steps_done(), by["gex-3"].in_step(NOW)) == ("-", 0, "-")
+    failed = live.snapshot([host("gex-4", "Error", "Configure", "dev-gpu-c", started=5)], [], []).hosts[0]
+    assert failed.steps_done() == 5  # the bar stops where the host did
 
 
 def test_cluster_filter_keeps_only_hosts_its_machines_consume_and_their_events() -> None:
