@@ -48,6 +48,9 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     && /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels --no-deps capi-gpu \
     && /opt/capi-gpu/bin/pip check
 COPY playbooks/ /opt/capi-gpu/lib/python3.11/site-packages/playbooks/
+# The add-ons playbook (playbooks/addons.yml) reads the chart values and DRA manifests from ../config.
+COPY config/dra/ /opt/capi-gpu/lib/python3.11/site-packages/config/dra/
+COPY config/dra-driver/ /opt/capi-gpu/lib/python3.11/site-packages/config/dra-driver/
 # A named non-root user (uid 65532, as distroless "nonroot"): ssh refuses to run for a uid without a
 # passwd entry. The Deployment overrides HOME with a writable emptyDir (read-only root filesystem).
 RUN groupadd --gid 65532 capi-gpu \

@@ -199,6 +199,11 @@ class Kube:
         except NotFound:
             return None
 
+    def version(self) -> Obj:
+        """The apiserver's build (``/version``): the cheapest "does it answer" there is."""
+        result: Obj = self._call("GET", "/version", timeout=10.0)
+        return result
+
     def list(
         self,
         res: Res,
@@ -216,8 +221,9 @@ class Kube:
             if not cont:
                 return out
 
-    def create(self, res: Res, obj: Obj, namespace: str | None = None) -> Obj:
-        result: Obj = self._call("POST", res.path(namespace), body=obj)
+    def create(self, res: Res, obj: Obj, namespace: str | None = None, dry_run: bool = False) -> Obj:
+        """``dry_run``: the object as the apiserver would store it (defaulted, pruned), nothing written."""
+        result: Obj = self._call("POST", res.path(namespace), body=obj, query={"dryRun": "All"} if dry_run else None)
         return result
 
     def replace(self, res: Res, obj: Obj, namespace: str | None = None, sub: str | None = None) -> Obj:
@@ -338,8 +344,8 @@ class AsyncKube:
         result: list[Obj] = await self._run(self.sync.list, res, namespace, label_selector, field_selector)
         return result
 
-    async def create(self, res: Res, obj: Obj, namespace: str | None = None) -> Obj:
-        result: Obj = await self._run(self.sync.create, res, obj, namespace)
+    async def create(self, res: Res, obj: Obj, namespace: str | None = None, dry_run: bool = False) -> Obj:
+        result: Obj = await self._run(self.sync.create, res, obj, namespace, dry_run)
         return result
 
     async def patch(

@@ -2,13 +2,14 @@
 # Builds the pinned upstream binaries the tests and `capi-gpu dev up` run against, into a cache
 # outside the repository keyed by version. Idempotent: a component whose stamp file exists is reused.
 #
-#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|ca]...
+#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|helm|ca]...
 #
 # Layout:  $CAPI_GPU_CACHE/bin/k8s-<ver>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
 #          $CAPI_GPU_CACHE/bin/kine-<ver>/kine
 #          $CAPI_GPU_CACHE/bin/capi-<ver>/{cluster-api-manager,crds/*.yaml}
 #          $CAPI_GPU_CACHE/bin/kustomize-<ver>/kustomize
 #          $CAPI_GPU_CACHE/bin/clusterctl-<capi ver>/clusterctl
+#          $CAPI_GPU_CACHE/bin/helm-<ver>/helm
 #          $CAPI_GPU_CACHE/bin/cluster-autoscaler-<ver>/cluster-autoscaler  (clusterapi provider only)
 # KUBEBUILDER_ASSETS, when set, supplies kube-apiserver (and kubectl) instead of building them.
 set -euo pipefail
@@ -137,6 +138,20 @@ build_clusterctl() { # the same CAPI module as the manager; tests run `generate 
   log "clusterctl $CAPI_VERSION: built into $out"
 }
 
+build_helm() { # helm v3 from its Go module; the add-ons playbook (kubernetes.core.helm) drives it
+  local out=$BIN/helm-$HELM_VERSION
+  if [ -f "$out/.done" ]; then log "helm $HELM_VERSION: cached in $out"; return; fi
+  need_go
+  step="helm: wrapper module + go get helm.sh/helm/v3@$HELM_VERSION"; log "$step"
+  wrapper "$WORK/helm-$HELM_VERSION"
+  go get "helm.sh/helm/v3@$HELM_VERSION"
+  step="helm: go build"; log "$step"
+  mkdir -p "$out.tmp"
+  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$out.tmp/helm" helm.sh/helm/v3/cmd/helm
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "helm $HELM_VERSION: built into $out"
+}
+
 build_ca() { # cluster-autoscaler: the Go proxy refuses its module, so build from the tag's source tree
   local out=$BIN/cluster-autoscaler-$CLUSTER_AUTOSCALER_VERSION
   if [ -f "$out/.done" ]; then log "cluster-autoscaler $CLUSTER_AUTOSCALER_VERSION: cached in $out"; return; fi
@@ -166,10 +181,10 @@ build_ca() { # cluster-autoscaler: the Go proxy refuses its module, so build fro
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_ca ;;
+    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_helm; build_ca ;;
     k8s) build_k8s ;; kine) build_kine ;; capi) build_capi ;; kustomize) build_kustomize ;;
-    clusterctl) build_clusterctl ;; ca) build_ca ;;
-    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|ca)" >&2; exit 2 ;;
+    clusterctl) build_clusterctl ;; helm) build_helm ;; ca) build_ca ;;
+    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|helm|ca)" >&2; exit 2 ;;
   esac
 done
 step=""

@@ -5,6 +5,7 @@ Secrets are referenced, never copied: status says whether they could be read, no
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import Field
@@ -71,6 +72,41 @@ class LoadBalancerSpec(KubeModel):
     """Secret with the hcloud token (key: passwordKey)."""
 
 
+class DRADriverAddon(KubeModel):
+    """NVIDIA's DRA driver chart (dra-driver-nvidia-gpu), installed into the workload cluster by the operator."""
+
+    managed: bool = True
+    """Install and upgrade the chart with capi-gpu's values; false when you manage the NVIDIA DRA driver
+    yourself (the gate driver and the claim templates are still installed)."""
+    chart_version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")] = "0.4.1"
+    """Chart version (strict semver, no v)."""
+    chart_ref: Annotated[str | None, Field(max_length=512)] = None
+    """Where the chart comes from: an OCI reference or an archive path inside the operator; the chart's
+    registry when unset (the operator's --addons-chart overrides that default, e.g. for a mirror)."""
+
+
+class Addons(KubeModel):
+    """What the operator installs into the workload cluster once its control plane answers."""
+
+    dra_driver: DRADriverAddon = DRADriverAddon()
+    """NVIDIA's DRA driver chart."""
+    claim_namespaces: Annotated[
+        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]], Field(max_length=50)
+    ] = ["default"]
+    """Namespaces that get the shipped ResourceClaimTemplates (created when missing)."""
+
+
+class AddonsStatus(KubeModel):
+    """What the last successful add-ons run applied."""
+
+    applied_digest: str | None = None
+    """Digest of the request and the shipped files the run applied; a new one runs the playbook again."""
+    chart_version: str | None = None
+    """The DRA driver chart version installed; unset when the driver is not managed."""
+    applied_time: datetime | None = None
+    """When that run finished; the playbook runs again after an hour to undo drift."""
+
+
 class HetznerGPUClusterSpec(KubeModel):
     """Desired state of the infrastructure of one workload cluster."""
 
@@ -84,6 +120,8 @@ class HetznerGPUClusterSpec(KubeModel):
     """Optional hcloud Load Balancer."""
     failure_domains: Annotated[list[str], Field(max_length=100)] = []
     """Hetzner datacenters offered as failure domains, e.g. fsn1-dc14."""
+    addons: Addons = Addons()
+    """The DRA add-ons installed into the workload cluster (docs/addons.md)."""
 
 
 class FailureDomain(KubeModel):
@@ -107,8 +145,10 @@ class HetznerGPUClusterStatus(KubeModel):
     credentials_hash: str | None = None
     """Version of the credentials Secret the conditions were computed from (its uid and resourceVersion).
     Never derived from the Secret's content: a hash of a password in status would be an offline oracle."""
+    addons: AddonsStatus = AddonsStatus()
+    """The add-ons the operator last applied."""
     conditions: Conditions = []
-    """Ready, RobotCredentialsValid, LoadBalancerReady."""
+    """Ready, RobotCredentialsValid, LoadBalancerReady, AddonsReady."""
 
 
 class HetznerGPUCluster(KubeModel):

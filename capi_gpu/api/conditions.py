@@ -29,6 +29,8 @@ class Type(StrEnum):
     ROBOT_CREDENTIALS_VALID = "RobotCredentialsValid"
     LOAD_BALANCER_READY = "LoadBalancerReady"
     WORKLOAD_KUBECONFIG_VALID = "WorkloadKubeconfigValid"
+    ADDONS_READY = "AddonsReady"
+    GATE_FEATURES_AVAILABLE = "GateFeaturesAvailable"
     # template
     CAPACITY_KNOWN = "CapacityKnown"
     STANDBY_POOL_READY = "StandbyPoolReady"
@@ -69,6 +71,10 @@ class Reason(StrEnum):
     LOAD_BALANCER_FAILED = "LoadBalancerFailed"
     KUBECONFIG_REJECTED = "KubeconfigRejected"
     OS_HOST_KEY_UNTRUSTED = "OSHostKeyUntrusted"
+    ADDONS_INSTALLED = "AddonsInstalled"
+    WAITING_FOR_CONTROL_PLANE = "WaitingForControlPlane"
+    FEATURES_AVAILABLE = "FeaturesAvailable"
+    FEATURES_MISSING = "FeaturesMissing"
 
 
 def set_condition(

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync",
     )
+    p.add_argument("--no-addons", action="store_true", help="don't install the DRA add-ons into workload clusters")
+    p.add_argument("--addons-chart", default="", help="dra-driver-nvidia-gpu chart location (mirror or .tgz path)")
+    p.add_argument("--helm", default="helm", help="helm binary for the add-ons playbook")
+    p.add_argument("--gate-plugin-image", default="", help="image of the gate driver's kubelet plugin")
     p.add_argument("--webhook-port", type=int, default=0, help="validating webhook port, HTTPS (0: off)")
     p.add_argument("--webhook-address", default="0.0.0.0", help="validating webhook listen address")
     p.add_argument(
@@ -72,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from capi_gpu.controllers.deps import Deps, RobotClients
     from capi_gpu.controllers.settings import Settings
     from capi_gpu.kube import AsyncKube, Kube
+    from capi_gpu.provisioning.addons import AnsibleAddons
     from capi_gpu.provisioning.ansible import AnsibleRunner
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
@@ -94,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
         claim_scaler=args.claim_scaler,
         template_sync_annotations=args.sync_autoscaler_annotations,
+        addons=not args.no_addons,
+        addons_chart=args.addons_chart or None,
+        helm=args.helm,
+        gate_plugin_image=args.gate_plugin_image,
         webhook_port=args.webhook_port,
         webhook_address=args.webhook_address,
         webhook_cert_dir=args.webhook_cert_dir,
@@ -105,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
         workers = 16
         kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig, pool_size=workers + 4), workers=workers)
         runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
-        return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings))
+        installer = None
+        if settings.addons:
+            installer = AnsibleAddons(artifacts_root=settings.artifacts_dir / "addons", helm_binary=settings.helm)
+        return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings), addons=installer)
 
     registry = kopf.OperatorRegistry()
     handlers.register(registry, settings, make_deps)

@@ -2,9 +2,10 @@
 
 Checks the Robot credentials with one cached list call (shared with every host of the account), closes
 an open 401 circuit when the Secret changes (``RobotClients`` does that on a new fingerprint), keeps the
-optional hcloud Load Balancer for the control-plane endpoint, publishes failure domains, and sets
-``initialization.provisioned``. A rejected login is reported as a condition and stops every Robot call
-of the account until the Secret changes: three failed logins would block the operator's IP.
+optional hcloud Load Balancer for the control-plane endpoint, publishes failure domains, sets
+``initialization.provisioned``, and installs the workload cluster's DRA add-ons (``cluster_addons``). A
+rejected login is reported as a condition and stops every Robot call of the account until the Secret
+changes: three failed logins would block the operator's IP.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.cluster import APIEndpoint, FailureDomain, HetznerGPUCluster
-from capi_gpu.controllers import events, loops
+from capi_gpu.controllers import cluster_addons, events, loops
 from capi_gpu.controllers.deps import AccessError, Deps, secret_value, secret_version
 from capi_gpu.hetzner import cloud
 from capi_gpu.hetzner import errors as robot_errors
@@ -130,7 +131,13 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         now,
         gen,
     )
+    hgc.status.conditions = conds
+    addons = await cluster_addons.reconcile(deps, hgc, obj, owner["name"]) if owner else None
+    if addons is not None:
+        conds = addons.conditions
     status = hgc.status.model_copy(update={"conditions": conds, "credentials_hash": digest})
+    if addons is not None:
+        status.addons = addons.status
     status.failure_domains = [FailureDomain(name=fd, control_plane=True) for fd in hgc.spec.failure_domains]
     if ready:
         status.initialization.provisioned = True
@@ -145,7 +152,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
             # The Secret was fixed: the hosts that deferred on the open circuit go on now, not at their next poll.
             events.emit(obj, "CredentialsAccepted", "Robot accepted the credentials again; Robot calls resume")
             deps.wakeups.wake_all("host", namespace)
-    return 300.0 if ready else 30.0
+    requeue = 300.0 if ready else 30.0
+    return min(requeue, addons.requeue) if addons is not None and addons.requeue is not None else requeue
 
 
 async def run(deps: Deps, namespace: str, name: str, stopped: Any) -> None:

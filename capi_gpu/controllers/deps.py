@@ -18,7 +18,7 @@ from capi_gpu.api import conditions
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.hetzner.robot import RobotClient
 from capi_gpu.kube import SECRETS, AsyncKube, Obj, ours
-from capi_gpu.provisioning import ansible, hostkeys, ssh
+from capi_gpu.provisioning import addons, ansible, hostkeys, ssh
 
 CLUSTERS = ours("hetznergpuclusters")
 
@@ -172,6 +172,10 @@ class Deps:
     wakeups: Wakeups = field(default_factory=Wakeups)
     clock: Callable[[], datetime] = utcnow
     shell_factory: Callable[[ssh.Endpoint, ssh.Credentials], ssh.HostShell] = ssh.ParamikoShell
+    addons: addons.AddonsInstaller | None = None
+    """Installs each workload cluster's DRA add-ons (playbooks/addons.yml); None: the operator leaves them alone."""
+    features_checked: set[tuple[str, str]] = field(default_factory=set)
+    """Clusters (namespace, name) whose apiserver this process has checked for the gate's fields."""
     provisioning: set[tuple[str, str]] = field(default_factory=set)
     """Hosts currently inspecting/provisioning (for the global limit)."""
     os_keys: dict[tuple[str, str], tuple[str, hostkeys.HostKeyPair]] = field(default_factory=dict)

@@ -46,6 +46,14 @@ class Settings(BaseModel):
     """Run the claim-aware scaler for MachineDeployments it owns."""
     template_sync_annotations: bool = False
     """Keep cluster-autoscaler capacity annotations on MachineDeployments in sync with templates."""
+    addons: bool = True
+    """Install each workload cluster's DRA add-ons (NVIDIA's chart, the gate driver, claim templates)."""
+    addons_chart: str | None = None
+    """Default location of the dra-driver-nvidia-gpu chart (a mirror, or an archive path); its registry if unset."""
+    helm: str = "helm"
+    """The helm binary the add-ons playbook runs."""
+    gate_plugin_image: str = ""
+    """Image of the gate driver's kubelet plugin; the manifest's when empty."""
     webhook_port: Annotated[int, Field(ge=0, le=65535)] = 0
     """Port of the validating webhook (HTTPS); 0: no webhook server (config/webhook points at 9443)."""
     webhook_address: str = "0.0.0.0"

@@ -125,6 +125,10 @@ class ClusterGate:
             if spec.get("driver") == domain.NVIDIA_DRIVER:
                 self.slice_seen[node] = ch.seen
                 nodes.add(node)
+            elif spec.get("driver") == domain.GATE_DRIVER and ch.type == "DELETED":
+                # The kubelet deletes a node's slices when it starts and 30 s after a plugin went away: put
+                # ours back now, not at the next resync, or pods wait for a gate device that isn't there.
+                nodes.add(node)
         else:
             key = (meta.get("namespace", ""), meta["name"])
             if ch.type == "DELETED":

@@ -137,3 +137,21 @@ def ensure_cluster_autoscaler() -> Path:
     if not path.exists():
         raise BinariesMissing(f"built, yet still missing: {path}")
     return path
+
+
+def helm_path() -> Path:
+    return cache_dir() / "bin" / f"helm-{versions()['HELM_VERSION']}" / "helm"
+
+
+def ensure_helm() -> Path:
+    """helm (v3, from its Go module): the add-ons playbook's kubernetes.core.helm drives it."""
+    path = helm_path()
+    if path.exists():
+        return path
+    try:
+        subprocess.run(["bash", str(BUILD_SCRIPT), "helm"], check=True)
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        raise BinariesMissing(f"{BUILD_SCRIPT} helm failed: {exc}; install bash and Go >= 1.26") from exc
+    if not path.exists():
+        raise BinariesMissing(f"built, yet still missing: {path}")
+    return path

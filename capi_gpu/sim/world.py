@@ -283,6 +283,9 @@ class World:
             str(self.config.state_dir / "artifacts"),
             "--playbook-vars",
             str(self.playbook_vars_file()),
+            # The world creates NVIDIA's DeviceClasses itself (below); the add-ons are tested on their own
+            # apiserver (tests/integration/test_cluster_addons.py).
+            "--no-addons",
             *self.config.operator_args,
             *(extra or []),
         ]

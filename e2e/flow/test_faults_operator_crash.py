@@ -2,9 +2,11 @@
 one host, each time in the window where the step's operation is recorded in status but its outcome is not,
 and restarted: inspection's Rescue (activation sent, then reset sent), Inspect, provisioning's own Rescue
 (the host was power-cycled into its disk while Available; activation recorded, Robot not asked yet),
-CheckDisks, Install (recorded, then installimage running), RebootOS (SSH reboot recorded), Configure (Ansible
+CheckDisks, Wipe (the wipe-disk annotation set; recorded, wipefs running), Install (recorded, then
+installimage running), RebootOS (SSH reboot recorded), Configure (Ansible
 running) and Bootstrap (recorded). Afterwards the host converged (Provisioned, node joined, nodeRef) and the
-Robot log, the host's boots and installimage's own run records show nothing destructive was sent twice."""
+Robot log, the host's boots and installimage's own run records show nothing destructive was sent twice,
+but the interrupted wipe (idempotent) ran again rather than being skipped."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from fault_kit import (
     activations,
     calls,
     converged,
+    host_name,
     ops,
     resets,
     robot_log,
@@ -25,6 +28,8 @@ from fault_kit import (
     until,
 )
 
+from capi_gpu import domain
+from capi_gpu.kube import ours
 from capi_gpu.sim.hosts import targets
 from capi_gpu.sim.hosts.host import Running
 from capi_gpu.sim.world import World
@@ -95,6 +100,7 @@ def _kills(number: int, first_seen: dict[str, float]) -> list[Kill]:
             lambda k: k.state_step == ("Provisioning", "Rescue") and k.pending("activate-rescue"),
         ),
         Kill("CheckDisks", lambda k: k.state_step == ("Provisioning", "CheckDisks")),
+        Kill("Wipe: recorded, wipefs running", lambda k: k.state_step[1] == "Wipe" and k.pending("wipe")),
         Kill("Install: recorded, not completed", lambda k: k.state_step[1] == "Install" and k.pending("installimage")),
         Kill("Install: installimage running", installing),
         Kill("RebootOS: SSH reboot recorded, not completed", lambda k: k.pending("reset-ssh")),
@@ -117,7 +123,11 @@ def test_killed_at_every_step_then_restarted_converges_without_repeating_a_destr
     assert world.fleet is not None
     number = next(iter(world.fleet.hosts))
     host = world.fleet.host(number)
-    host.set_hardware(dataclasses.replace(host.hw, installimage_seconds=4.0))  # room to kill it mid-run
+    # Room to kill installimage and wipefs mid-run.
+    host.set_hardware(dataclasses.replace(host.hw, installimage_seconds=4.0, wipefs_seconds=3.0))
+    hosts = ours("hetznergpuhosts")
+    annotation = {"metadata": {"annotations": {domain.ANNOTATION_WIPE_DISK: "all"}}}
+    world.k.patch(hosts, host_name(number), annotation, world.config.namespace)
     first_seen: dict[str, float] = {}
     pending = _kills(number, first_seen)
     done: list[Kill] = []
@@ -167,6 +177,9 @@ def test_killed_at_every_step_then_restarted_converges_without_repeating_a_destr
         assert robot_resets in (["sw", "sw"], ["sw", "sw", "sw"]), robot_resets
     else:
         assert robot_resets == ["sw", "sw"], robot_resets
+    # The wipe cut off by the kill ran again (wipefs is idempotent; skipping it would install beside the OS it
+    # was asked to clear, with the other-OS check already skipped): the open record Interrupted, then one Sent.
+    assert [o.get("outcome") for o in ops(world, number, "wipe")] == ["Interrupted", "Sent"], ops(world, number)
     # installimage started once and finished once, though the operator died while it ran.
     runs = host.installimage_runs()
     assert [r["event"] for r in runs] == ["start", "end"] and runs[-1]["rc"] == 0, runs

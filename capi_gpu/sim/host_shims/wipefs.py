@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,11 @@ def print_table(found: list[Signature]) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        return run(parse(argv))
+        args = parse(argv)
+        delay = float(_load(HW_PATH, {}).get("wipefs_seconds", 0.0))
+        if delay > 0 and args.erase and not args.no_act:
+            time.sleep(delay)  # a slow erase: room for a crash test to kill the operator mid-wipe
+        return run(args)
     except WipeError as exc:
         print(str(exc), file=sys.stderr)
         return 1

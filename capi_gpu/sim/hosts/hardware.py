@@ -66,6 +66,7 @@ class Hardware:
     gpu_slot: str = "0000:01:00.0"
     gpu_on_bus: bool = True
     installimage_seconds: float = 1.0
+    wipefs_seconds: float = 0.0  # how long `wipefs -a` takes (a crash test's window inside the Wipe step)
     kubeadm_writes_sentinel: bool = True
     cpu_model: str = CPU_MODEL
     cpu_cores: int = 24
@@ -122,6 +123,7 @@ class Hardware:
             "cpu": {"model": self.cpu_model, "cores": self.cpu_cores, "threads": self.cpu_threads},
             "memory": {"installed_bytes": self.memory_bytes, "mem_total_kib": self.mem_total_kib},
             "installimage_seconds": self.installimage_seconds,
+            "wipefs_seconds": self.wipefs_seconds,
             "kubeadm_writes_sentinel": self.kubeadm_writes_sentinel,
             **self.extra,
         }
