@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from capi_gpu.api.base import Conditions, Initialization, KubeModel, ObjectMetaTemplate, list_map
+from capi_gpu.api.base import Conditions, Initialization, KubeModel, ObjectMetaTemplate, immutable, list_map
 
 
 class APIEndpoint(KubeModel):
@@ -173,7 +173,15 @@ class HetznerGPUClusterTemplateResource(KubeModel):
 class HetznerGPUClusterTemplateSpec(KubeModel):
     """Template spec."""
 
-    template: HetznerGPUClusterTemplateResource
+    template: Annotated[
+        HetznerGPUClusterTemplateResource,
+        Field(
+            json_schema_extra=immutable(
+                "spec.template is immutable, as CAPI templates are: create a new HetznerGPUClusterTemplate "
+                "and point the ClusterClass at it"
+            )
+        ),
+    ]
     """The cluster template."""
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from capi_gpu.api.base import Conditions, KubeModel, ObjectMetaTemplate
+from capi_gpu.api.base import Conditions, KubeModel, ObjectMetaTemplate, immutable
 
 
 class RemediationType(StrEnum):
@@ -93,7 +93,15 @@ class HetznerGPURemediationTemplateResource(KubeModel):
 class HetznerGPURemediationTemplateSpec(KubeModel):
     """Template spec."""
 
-    template: HetznerGPURemediationTemplateResource
+    template: Annotated[
+        HetznerGPURemediationTemplateResource,
+        Field(
+            json_schema_extra=immutable(
+                "spec.template is immutable, as CAPI templates are: create a new HetznerGPURemediationTemplate "
+                "and point the MachineHealthCheck's remediation templateRef at it"
+            )
+        ),
+    ]
     """The remediation template."""
 
 

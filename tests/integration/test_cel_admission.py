@@ -160,3 +160,27 @@ def test_provider_id_is_set_once(kube: Kube, namespace: str) -> None:
         kube.patch(machines, name, {"spec": {"providerID": "hrobot://7654321"}}, namespace)
     assert "spec.providerID: Invalid value" in err.value.message
     assert "providerID is set by the controller when it claims a host and can't change" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "fix"),
+    [
+        (
+            "HetznerGPUClusterTemplate",
+            {"spec": {"template": {"spec": {"failureDomains": ["fsn1-dc99"]}}}},
+            "point the ClusterClass at it",
+        ),
+        (
+            "HetznerGPURemediationTemplate",
+            {"spec": {"template": {"spec": {"strategy": {"retryLimit": 5}}}}},
+            "point the MachineHealthCheck's remediation templateRef at it",
+        ),
+    ],
+)
+def test_other_templates_are_immutable(kube: Kube, namespace: str, kind: str, edit: Obj, fix: str) -> None:
+    res = ours(BY_KIND[kind].plural)
+    name = kube.create(res, samples()[kind], namespace)["metadata"]["name"]
+    with pytest.raises(Invalid) as err:
+        kube.patch(res, name, edit, namespace)
+    assert "spec.template: Invalid value" in err.value.message
+    assert fix in err.value.message
