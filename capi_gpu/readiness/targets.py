@@ -47,7 +47,11 @@ def expected_pool(machine: HetznerGPUMachine, host: HetznerGPUHost | None) -> de
     have = sorted(host.status.mig_devices) if host else []
     agrees = host is not None and have == want
     detail = "" if agrees else f"nvidia-smi on the host showed {have or 'nothing'}, the layout needs {want}"
-    return decisions.ExpectedPool.from_devices(plan.expected_devices(), host_agrees=agrees, host_detail=detail)
+    # Counted by profile, not by device name: the driver names MIG devices after the placement NVML actually
+    # chose (and the GPU's minor), which need not be the placement the plan predicts; nothing records the
+    # host's real names yet, so a predicted name must never fail a node.
+    profiles = collections.Counter(d.profile for d in plan.expected_devices())
+    return decisions.ExpectedPool(profiles=dict(profiles), host_agrees=agrees, host_detail=detail)
 
 
 async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTarget]:

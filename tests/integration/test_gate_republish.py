@@ -1,14 +1,16 @@
-"""The gate puts its ResourceSlice back at once when it is deleted (the kubelet deletes a node's slices when
-it starts and 30 s after a plugin goes away), driven by the slice watch, well before the gate's 30 s resync,
-on the real apiserver."""
+"""Gate cases on the real apiserver: the gate puts its ResourceSlice back at once when it is deleted (the
+kubelet deletes a node's slices when it starts and 30 s after a plugin goes away), driven by the slice
+watch, well before the gate's 30 s resync; and a node whose MIG instances NVML placed elsewhere than the
+plan predicted (so the driver's device names differ) still becomes ready."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 import test_readiness_gate as rg
-from test_readiness_gate import Gates, publish_complete, ready
+from test_readiness_gate import Gates, is_, node_condition, publish_complete, ready
 
 from capi_gpu.kube import RESOURCESLICES, Kube
 from capi_gpu.readiness import decisions, gate
@@ -40,3 +42,32 @@ async def test_a_deleted_gate_slice_is_republished_at_once(kube: Kube, world: Ga
     assert took < 5.0, f"republished after {took:.1f}s: the resync, not the watch"
     again = kube.get(RESOURCESLICES, name)
     assert again["spec"]["devices"] and not any(d.get("taints") for d in again["spec"]["devices"])
+
+
+async def test_a_node_whose_instances_sit_elsewhere_than_predicted_becomes_ready(
+    kube: Kube, world: GateWorld, gates: Gates
+) -> None:
+    a = world.add_node()
+    gpu, migs = a.publisher.reader()
+    predicted = {m.profile: m.placement_start for m in migs}
+    assert predicted == {"2g.48gb": 0, "1g.24gb": 9}, predicted  # all-balanced as the plan places it
+    # What NVML may choose instead for the same instances: both 1g first, the 2g last.
+    moved = [
+        dataclasses.replace(m, placement_start=start)
+        for m, start in zip(
+            sorted(migs, key=lambda m: (m.profile != "1g.24gb", m.placement_start)), (0, 3, 6), strict=True
+        )
+    ]
+    a.publisher.reader = lambda: (gpu, moved)
+    publish_complete(a)
+    names = {
+        d["name"]
+        for s in kube.list(RESOURCESLICES)
+        if s["spec"].get("nodeName") == a.node
+        for d in s["spec"]["devices"]
+        if s["spec"]["driver"] == "gpu.nvidia.com"
+    }
+    assert "gpu-0-mig-2g48gb-5-6" in names and "gpu-0-mig-2g48gb-5-0" not in names, names
+    gates.start()
+    await ready(gates, kube, a)
+    assert is_(node_condition(kube, a.node), "True", "Ready")
