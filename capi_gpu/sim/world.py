@@ -33,7 +33,8 @@ from capi_gpu.kube import (
     ours,
 )
 from capi_gpu.sim import aptrepo, binaries, controlplane_object, identity, node_pods, templates
-from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu.sim import webhook as simhook
+from capi_gpu.sim.controlplane import ControlPlane, Options, free_port
 from capi_gpu.sim.fleet import Fleet, FleetConfig
 from capi_gpu.sim.hosts import cgroups, keys
 from capi_gpu.sim.robot import RobotSim
@@ -65,6 +66,10 @@ class WorldConfig:
     robot_faults: dict[str, Any] = field(default_factory=dict)
     # Run the operator as the shipped ServiceAccount under the shipped RBAC (config/rbac), not as admin.
     operator_rbac: bool = False
+    # The operator serves the validating webhook (config/webhook) with a certificate from the control
+    # plane's CA; installed once it listens, so it fails closed while the operator is down, as in a cluster.
+    # Off by default until the e2e suite has run with it (docs/webhook.md).
+    webhook: bool = False
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -93,6 +98,7 @@ class World:
         self.operator_starts = 0
         self.operator_kubeconfig: Path | None = None  # set when the operator runs as its ServiceAccount
         self.node_pods: node_pods.NodePods | None = None
+        self.webhook_port = free_port() if config.webhook else 0
 
     @property
     def k(self) -> Kube:
@@ -123,10 +129,16 @@ class World:
                 path = cfg.state_dir / "operator.kubeconfig"
                 self.operator_kubeconfig = identity.operator_kubeconfig(self.cp, self.k, path)
             self.start_operator()
+            if cfg.webhook:
+                self._install_webhook()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _install_webhook(self) -> None:
+        wait_for("the operator's webhook to listen", lambda: simhook.listening(self.webhook_port), 60)
+        simhook.install(self.k, self.cp.ca, self.webhook_port)
 
     def _namespace_and_secrets(self) -> None:
         cfg, robot = self.config, self.robot
@@ -287,6 +299,7 @@ class World:
             # apiserver (tests/integration/test_cluster_addons.py).
             "--no-addons",
             *self.config.operator_args,
+            *self._webhook_args(),
             *(extra or []),
         ]
         # In a cgroup of its own, as in a container: killing it ends everything it started (ansible-playbook,
@@ -296,6 +309,14 @@ class World:
         self.operator = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
         log.close()  # the operator has its own copy of the descriptor; ours would leak (ResourceWarning)
         return self.operator
+
+    def _webhook_args(self) -> list[str]:
+        if not self.config.webhook:
+            return []
+        certs = self.config.state_dir / "webhook-certs"
+        if not certs.exists():
+            simhook.serving_cert(self.cp.ca, certs)
+        return simhook.operator_args(self.webhook_port, certs)
 
     def _operator_cgroup(self) -> str:
         slot = self.fleet.slot if self.fleet is not None else 0
