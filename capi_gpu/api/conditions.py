@@ -75,6 +75,7 @@ class Reason(StrEnum):
     WAITING_FOR_CONTROL_PLANE = "WaitingForControlPlane"
     FEATURES_AVAILABLE = "FeaturesAvailable"
     FEATURES_MISSING = "FeaturesMissing"
+    DYNAMIC_MIG_UNSUPPORTED = "DynamicMIGUnsupported"
 
 
 def set_condition(

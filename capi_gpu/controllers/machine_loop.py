@@ -18,7 +18,7 @@ from capi_gpu.api import conditions as c
 from capi_gpu.api.base import AddressType, MachineAddress, ObjectReference
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineStatus
-from capi_gpu.api.specs import prepared_key
+from capi_gpu.api.specs import MigMode, prepared_key
 from capi_gpu.controllers import events, hostpick, loops
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HOSTS, MACHINES
@@ -122,6 +122,18 @@ def _layout_ok(s: Scope) -> bool:
     except gpuplan.PlanError as exc:
         s.wait(c.Type.LAYOUT_VALID, exc.reason.value, str(exc), 300.0)
         s.notes.append((exc.reason.value, f"{exc}; no host is claimed", True))
+        return False
+    if gpu.mig_mode is MigMode.DYNAMIC:
+        # Refused before a host is claimed: the shipped chart values run the driver with DynamicMIG off, and the
+        # gate has no layout to check such a node against, so its startup taint would never be lifted.
+        reason = c.Reason.DYNAMIC_MIG_UNSUPPORTED
+        msg = (
+            "migMode Dynamic is not supported: the NVIDIA DRA driver is installed with DynamicMIG off "
+            "(config/dra-driver/values.yaml) and the readiness gate cannot verify a node without a layout, "
+            "so its startup taint would never be lifted; use migMode Static with a layout"
+        )
+        s.wait(c.Type.LAYOUT_VALID, reason.value, msg, 300.0)
+        s.notes.append((reason.value, f"{msg}; no host is claimed", True))
         return False
     s.machine.status.layout = plan.key
     s.cond(c.Type.LAYOUT_VALID, True, c.Reason.READY, f"layout {plan.key} fits {plan.model.key}")

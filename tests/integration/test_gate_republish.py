@@ -1,20 +1,25 @@
 """Gate cases on the real apiserver: the gate puts its ResourceSlice back at once when it is deleted (the
 kubelet deletes a node's slices when it starts and 30 s after a plugin goes away), driven by the slice
 watch, well before the gate's 30 s resync; and a node whose MIG instances NVML placed elsewhere than the
-plan predicted (so the driver's device names differ) still becomes ready."""
+plan predicted (so the driver's device names differ) still becomes ready; a migMode Dynamic machine (a node
+nothing could ever untaint) is refused before any host is claimed."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
 import pytest
 import test_readiness_gate as rg
-from test_readiness_gate import Gates, is_, node_condition, publish_complete, ready
+from test_readiness_gate import Gates, is_, kopf_context, machine_conditions, node_condition, publish_complete, ready
 
-from capi_gpu.kube import RESOURCESLICES, Kube
+from capi_gpu.api.specs import GPUSpec, MigMode
+from capi_gpu.controllers import machine_loop
+from capi_gpu.controllers.deps import Deps
+from capi_gpu.kube import CAPI_CLUSTERS, RESOURCESLICES, Kube
 from capi_gpu.readiness import decisions, gate
-from capi_gpu.sim.gate_world import GateWorld
+from capi_gpu.sim.gate_world import HOSTS, GateWorld
 
 pytestmark = pytest.mark.integration
 deps, world, gates = rg.deps, rg.world, rg.gates  # the gate fixtures of test_readiness_gate
@@ -71,3 +76,23 @@ async def test_a_node_whose_instances_sit_elsewhere_than_predicted_becomes_ready
     gates.start()
     await ready(gates, kube, a)
     assert is_(node_condition(kube, a.node), "True", "Ready")
+
+
+async def test_a_dynamic_mig_machine_is_refused_before_any_host_is_claimed(
+    kube: Kube, world: GateWorld, deps: Deps
+) -> None:
+    world.create_host("spare", 434343)  # Available, inspected RTX PRO 6000: claimable
+    world.create_machine("gpu-dyn", GPUSpec(mig_mode=MigMode.DYNAMIC))
+    for _ in range(100):  # bounded: CAPI mirrors the HetznerGPUCluster's provisioned into the Cluster
+        cluster = kube.get(CAPI_CLUSTERS, world.cluster, world.namespace)
+        if (cluster.get("status") or {}).get("initialization", {}).get("infrastructureProvisioned"):
+            break
+        await asyncio.sleep(0.3)
+    with kopf_context() as emitted:
+        await machine_loop.reconcile(deps, world.namespace, "gpu-dyn")
+        notes = [emitted.get_nowait() for _ in range(emitted.qsize())]
+    assert not kube.get(HOSTS, "spare", world.namespace)["spec"].get("consumerRef")
+    layout = machine_conditions(kube, world.namespace, "gpu-dyn")["LayoutValid"]
+    assert (layout["status"], layout["reason"]) == ("False", "DynamicMIGUnsupported"), layout
+    assert "use migMode Static" in layout["message"]
+    assert any(e.reason == "DynamicMIGUnsupported" and "no host is claimed" in e.message for e in notes)
