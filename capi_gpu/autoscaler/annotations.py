@@ -113,17 +113,31 @@ def desired(
 
 
 def merge_patch(md: Mapping[str, Any], want: Desired) -> dict[str, Any] | None:
-    """The merge patch that brings ``md`` to ``want``; None when it already matches."""
+    """The merge patch that brings ``md`` to ``want``; None when it already matches.
+
+    The owner label also goes into the Machine template: CA 1.36.1 applies its discovery label filter to
+    every Machine and MachineSet it looks up, so a group whose Machines lack the label has no nodes in
+    CA's eyes and is never scaled ("not ready for scaleup - unhealthy"). CAPI copies template labels to
+    MachineSets and Machines in place, without a rollout.
+    """
     current = annotations_of(md)
     labels = labels_of(md)
     ann = {k: v for k, v in want.annotations.items() if current.get(k) != v and not (v is None and k not in current)}
     lab = {k: v for k, v in want.labels.items() if labels.get(k) != v}
+    spec = md.get("spec") or {}
+    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    tlab = {k: v for k, v in want.labels.items() if template_labels.get(k) != v}
+    patch: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     if ann:
         meta["annotations"] = ann
     if lab:
         meta["labels"] = lab
-    return {"metadata": meta} if meta else None
+    if meta:
+        patch["metadata"] = meta
+    if tlab:
+        patch["spec"] = {"template": {"metadata": {"labels": tlab}}}
+    return patch or None
 
 
 def _gpu(shape: NodeShape, form: GpuResource) -> dict[str, str | None]:

@@ -52,7 +52,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         if patch is None:
             continue
         await deps.kube.patch(CAPI_MACHINEDEPLOYMENTS, md["metadata"]["name"], patch, namespace)
-        changed = ", ".join(sorted(k.rsplit("/", 1)[-1] for k in patch["metadata"].get("annotations", {})))
+        changed = ", ".join(sorted(k.rsplit("/", 1)[-1] for k in patch.get("metadata", {}).get("annotations", {})))
         events.emit(md, "AutoscalerAnnotationsSynced", f"from {nodegroup.TEMPLATE_KIND} {name}: {changed}")
     return RESYNC
 

@@ -149,9 +149,14 @@ def test_merge_patch_sets_changes_removes_stale_gpu_keys_and_is_none_when_curren
     assert ann[domain.CA_CAPACITY_DRA_DRIVER] is None  # a MIG node must not promise whole GPUs
     assert domain.CA_CAPACITY_GPU_TYPE not in ann  # absent already: nothing to remove
     assert patch["metadata"]["labels"] == {domain.LABEL_SCALER_OWNER: "claim-scaler"}
+    # Also on the Machines (through the template): CA 1.36.1 filters Machines and MachineSets by the label too.
+    assert patch["spec"] == {"template": {"metadata": {"labels": {domain.LABEL_SCALER_OWNER: "claim-scaler"}}}}
     applied = copy.deepcopy(md)
     applied["metadata"]["annotations"] = {k: v for k, v in {**md["metadata"]["annotations"], **ann}.items() if v}
     applied["metadata"]["labels"].update(patch["metadata"]["labels"])
+    applied["spec"].setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {}).update(
+        patch["spec"]["template"]["metadata"]["labels"]
+    )
     assert ca_annotations.merge_patch(applied, want) is None
 
 
