@@ -2,7 +2,9 @@
 deprovisioned, one moved away): it runs as its own ServiceAccount under exactly the shipped RBAC
 (config/rbac, a TokenRequest token) and never meets a Forbidden; a clusterctl-move style delete
 (Cluster paused, delete-for-move on the HetznerGPUMachine and its host) releases both finalizers without
-touching the server (no Robot call about it, no kubeadm reset, its OS and node keep running); and no secret
+touching the server (no Robot call about it, no kubeadm reset, its OS and node keep running), and the objects
+created again the way clusterctl move creates them on the target (no status, new uids, the host before its
+machine and OS host-key Secret) are adopted without touching it either; and no secret
 (the Robot password, a rescue root password, the SSH private key, an OS host private key, the bootstrap token,
 the ServiceAccount and workload tokens) appears in any operator log, Ansible artifact, Event, or object of ours."""
 
@@ -20,9 +22,11 @@ import yaml
 from fault_kit import (
     GPU_MACHINES,
     HOSTS,
+    condition,
     converged,
     gpu_machines,
     host_name,
+    host_obj,
     machine_of,
     robot_log,
     secret_text,
@@ -100,6 +104,12 @@ def test_delete_for_move_releases_the_finalizers_and_never_touches_the_server(se
     # As clusterctl move does: pause the Cluster, mark what it deletes from the source, then delete.
     world.k.patch(CAPI_CLUSTERS, world.config.cluster, {"spec": {"paused": True}}, ns)
     since, log_from = len(robot_log(world)), len(world.operator_logs())
+    saved = {
+        "host": world.k.get(HOSTS, host_name(number), ns),
+        "machine": world.k.get(GPU_MACHINES, machine, ns),
+        "key": world.k.get(SECRETS, f"{host_name(number)}{domain.OS_HOSTKEY_SECRET_SUFFIX}", ns),
+    }
+    sessions = _ssh_logins(host)
     marked = {"metadata": {"annotations": {domain.DELETE_FOR_MOVE_ANNOTATION: ""}}}
     world.k.patch(GPU_MACHINES, machine, marked, ns)
     world.k.patch(HOSTS, host_name(number), marked, ns)
@@ -125,7 +135,85 @@ def test_delete_for_move_releases_the_finalizers_and_never_touches_the_server(se
     assert host.read_file("/var/lib/kubelet/sim-reset.json") is None
     assert world.k.get_or_none(NODES, host_name(number)) is not None
     assert "kubeadm-reset" not in world.operator_logs()[log_from:]
-    # The Cluster stays paused: in a real move the source is done with it (this world ends here).
+    _recreate_as_clusterctl_move_does(world, number, saved)
+    # Across the whole move: not one Robot request about the server, not one reboot, no new SSH login.
+    about = [e for e in robot_log(world, since) if f"/{number}" in e.path]
+    assert about == [], [(e.method, e.path) for e in about]
+    assert (host.boot_id, host.boot_count(), host.running.value) == (boot_id, boots, "installed")
+    assert host.read_file("/var/lib/kubelet/sim-reset.json") is None
+    assert _ssh_logins(host) == sessions
+    mine = [line for line in world.operator_logs()[log_from:].splitlines() if host_name(number) in line]
+    steps = ("activate-rescue", "reset-sw", "reset-hw", "reset-ssh", "installimage", "kubeadm-reset")
+    assert not [line for line in mine if any(s in line for s in steps)], mine[-20:]
+
+
+def _ssh_logins(host: Any) -> int:
+    console = host.state_dir / "boots" / str(host.boot_count()) / "console.log"
+    return console.read_text(errors="replace").count("Accepted publickey")
+
+
+def _copy(obj: dict[str, Any], **owner_uids: str) -> dict[str, Any]:
+    """What clusterctl move's create sends: the object without status, uid, resourceVersion or the source's
+    delete-for-move mark, its ownerReferences pointing at the owners' new uids."""
+    meta = obj["metadata"]
+    out = {k: v for k, v in obj.items() if k != "status"}
+    out["metadata"] = {
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "labels": meta.get("labels") or {},
+        "annotations": {
+            k: v for k, v in (meta.get("annotations") or {}).items() if k != domain.DELETE_FOR_MOVE_ANNOTATION
+        },
+        "ownerReferences": [
+            {**o, "uid": owner_uids.get(o["kind"], o["uid"])} for o in meta.get("ownerReferences") or []
+        ],
+    }
+    return out
+
+
+def _wait_ready_reason(world: World, number: int, reason: str) -> dict[str, Any]:
+    def waiting() -> dict[str, Any] | None:
+        st = status(world, number)
+        ready = condition({"status": st}, "Ready")
+        return st if st.get("state") == "Provisioned" and ready is not None and ready["reason"] == reason else None
+
+    return until(f"the host restored from its snapshot and waiting ({reason})", waiting, 60, world)
+
+
+def _recreate_as_clusterctl_move_does(world: World, number: int, saved: dict[str, dict[str, Any]]) -> None:
+    ns = world.config.namespace
+    # The host first (it has no owner), with its consumerRef still naming the old machine's uid: its status
+    # comes back from the snapshot, and it waits for its OS host-key Secret (a new key would lock it out).
+    key_name = saved["key"]["metadata"]["name"]
+    if world.k.get_or_none(SECRETS, key_name, ns) is not None:  # the GC takes it with its host, maybe not yet
+        world.k.delete(SECRETS, key_name, ns)
+    until("the OS host-key Secret gone with its host", lambda: world.k.get_or_none(SECRETS, key_name, ns) is None, 30)
+    created = world.k.create(HOSTS, _copy(saved["host"]), ns)
+    _wait_ready_reason(world, number, "OSHostKeyMissing")
+    # Then its Secret (clusterctl creates an owner's children after it, owned by the new uid): now it
+    # waits for its machine, and does nothing to the server meanwhile.
+    key = _copy(saved["key"], HetznerGPUHost=created["metadata"]["uid"])
+    world.k.create(SECRETS, {**key, "type": saved["key"].get("type", "Opaque")}, ns)
+    restored = _wait_ready_reason(world, number, "ConsumerMissing")
+    assert restored["state"] == "Provisioned" and restored["hostKeys"]["os"], restored
+    # Then the machine, owned by the CAPI Machine, and clusterctl resumes the Cluster.
+    capi_name = next(o["name"] for o in saved["machine"]["metadata"]["ownerReferences"] if o["kind"] == "Machine")
+    capi = world.k.get(CAPI_MACHINES, capi_name, ns)
+    new = world.k.create(GPU_MACHINES, _copy(saved["machine"], Machine=capi["metadata"]["uid"]), ns)
+    assert new["metadata"]["uid"] != saved["machine"]["metadata"]["uid"]
+    world.k.patch(CAPI_CLUSTERS, world.config.cluster, {"spec": {"paused": False}}, ns)
+    until(
+        "the moved machine adopted (consumerRef.uid refreshed) and the chain whole again",
+        lambda: (
+            host_obj(world, number)["spec"]["consumerRef"]["uid"] == new["metadata"]["uid"] and converged(world, number)
+        ),
+        120,
+        world,
+    )
+    node = world.k.get(NODES, host_name(number))
+    gpu_ready = next(c for c in node["status"]["conditions"] if c["type"] == domain.GPU_READY_CONDITION)
+    assert gpu_ready["status"] == "True"
+    assert domain.NODE_STARTUP_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
 
 
 def _key_lines(private: str) -> list[str]:
