@@ -122,6 +122,8 @@ class AnsibleRunner:
     python_interpreter: str = "/usr/bin/python3"
     connection: Literal["ssh", "local"] = "ssh"
     """``local`` only for the runner's own tests (a trivial playbook on the test machine)."""
+    check_mode: bool = False
+    """``--check``: predict the changes and make none (a drift check on a provisioned node)."""
     parallel: int = 10
     """Runs at once (``Settings.ansible_parallel``). Each holds a thread for minutes, so they get their own
     pool: in the loop's default executor (6 threads on 2 CPUs) six runs starved every other host's SSH step."""
@@ -184,6 +186,7 @@ class AnsibleRunner:
                 ident="run",
                 envvars=envvars,
                 ssh_key=target.private_key,
+                cmdline="--check" if self.check_mode else None,
                 suppress_env_files=True,
                 quiet=True,
                 timeout=self.timeout_s,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Self
+from typing import Annotated, Any, Final, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -39,14 +39,16 @@ class AptRepository(BaseModel):
     suite: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^\S+$")] = "/"
     components: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$")], ...] = ()
     key_url: Annotated[str | None, Field(max_length=512, pattern=r"^https?://\S+$")] = None
+    key_fingerprint: Annotated[str | None, Field(pattern=r"^[0-9A-F]{40}$")] = None
+    """The signing key's pinned OpenPGP fingerprint: the key fetched from key_url must carry it."""
     trusted: bool = False
 
     @model_validator(mode="after")
     def _signed_or_local(self) -> Self:
         if self.trusted and not self.uri.startswith("file:"):
             raise ValueError("trusted (unsigned) is only allowed for a local file: repository")
-        if not self.trusted and self.key_url is None:
-            raise ValueError("a network repository needs key_url (its ASCII-armored signing key)")
+        if not self.trusted and (self.key_url is None or self.key_fingerprint is None):
+            raise ValueError("a network repository needs key_url and key_fingerprint (its pinned signing key)")
         return self
 
     def wire(self) -> dict[str, Any]:
@@ -55,6 +57,7 @@ class AptRepository(BaseModel):
             "suite": self.suite,
             "components": list(self.components),
             "key_url": self.key_url or "",
+            "key_fingerprint": self.key_fingerprint or "",
             "trusted": self.trusted,
         }
 
@@ -138,6 +141,10 @@ class PlaybookVars(BaseModel):
     """pkgs.k8s.io for the version's minor (kubelet_repo)."""
     mig_manager_deb: Annotated[str | None, Field(max_length=512, pattern=r"^(https://|/)\S+\.deb$")] = None
     """URL or node-local path of the nvidia-mig-manager .deb (mig_layout_manager_deb)."""
+    mig_manager_deb_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$")] = None
+    """The .deb's pinned SHA-256 (mig_layout_manager_deb_sha256); a URL is refused without one."""
+    driver_route: Literal["nvidia-dkms", "ubuntu-precompiled"] | None = None
+    """Where the NVIDIA kernel module comes from (nvidia_driver_route); never mixed with the other's user space."""
     node_labels: dict[str, str] | None = None
     """Labels kubelet registers with (kubelet_node_labels)."""
     gate_driver: str = domain.GATE_DRIVER
@@ -169,6 +176,10 @@ class PlaybookVars(BaseModel):
         out.update({name: repo.wire() for name, repo in repos.items() if repo is not None})
         if self.mig_manager_deb is not None:
             out["mig_layout_manager_deb"] = self.mig_manager_deb
+        if self.mig_manager_deb_sha256 is not None:
+            out["mig_layout_manager_deb_sha256"] = self.mig_manager_deb_sha256
+        if self.driver_route is not None:
+            out["nvidia_driver_route"] = self.driver_route
         if self.node_labels is not None:
             out["kubelet_node_labels"] = dict(self.node_labels)
         return out

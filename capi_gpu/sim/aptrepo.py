@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Final
 
 from capi_gpu.provisioning import playbook_vars
-from capi_gpu.sim import apt_standins
+from capi_gpu.sim import apt_standins, host_shims
 
-GUEST_DIR: Final = "/srv/capi-gpu-apt"
-FORMAT: Final = "v1"  # bump when the build itself changes, so caches are rebuilt
+GUEST_DIR: Final = host_shims.APT_GUEST_DIR
+FORMAT: Final = "v2"  # bump when the build itself changes, so caches are rebuilt
 MAINTAINER: Final = "capi-gpu simulation <sim@capi-gpu.invalid>"
 RELEASE_DATE: Final = "Thu, 01 Jan 2026 00:00:00 UTC"  # fixed: the cache key covers content, not time
 LOCK_TIMEOUT_S: Final = 300.0
@@ -69,7 +69,7 @@ def cache_root() -> Path:
 def content_key(pkgs: list[apt_standins.Package]) -> str:
     h = hashlib.sha256(FORMAT.encode())
     for pkg in sorted(pkgs, key=lambda p: p.name):
-        h.update(control(pkg, 0).encode())
+        h.update(control(pkg, 0).encode() + pkg.postinst.encode())
         for path, f in sorted(pkg.files.items()):
             h.update(f"{path}\0{f.mode:o}\0{f.link}\0".encode() + f.content)
     return h.hexdigest()[:16]
@@ -77,7 +77,7 @@ def content_key(pkgs: list[apt_standins.Package]) -> str:
 
 def ensure_repo(kubernetes_version: str, driver_branch: str = "580", root: Path | None = None) -> AptRepo:
     """The repository for this cluster version and driver branch, built first if it is not cached."""
-    pkgs = apt_standins.packages(kubernetes_version, driver_branch)
+    pkgs = apt_standins.packages(kubernetes_version, driver_branch)  # the archive for the running kernel
     base = root or cache_root()
     base.mkdir(parents=True, exist_ok=True)
     final = base / content_key(pkgs)
@@ -123,12 +123,16 @@ def build_deb(pkg: apt_standins.Package, staging: Path, out: Path) -> None:
     debian = staging / "DEBIAN"
     debian.mkdir(parents=True)
     (debian / "control").write_text(control(pkg, size_kib))
+    if pkg.postinst:
+        (debian / "postinst").write_text(pkg.postinst)
     conffiles = sorted(p for p in pkg.files if p.startswith("/etc/"))
     if conffiles:
         (debian / "conffiles").write_text("".join(c + "\n" for c in conffiles))
     for d in [staging, *staging.rglob("*")]:
         if d.is_dir() and not d.is_symlink():
             d.chmod(0o755)
+    if pkg.postinst:
+        (debian / "postinst").chmod(0o755)
     subprocess.run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(staging), str(out)],
         check=True,

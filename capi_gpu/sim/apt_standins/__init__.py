@@ -4,8 +4,11 @@ Why the real names: ``playbooks/site.yml`` is production code and must run uncha
 simulated host; only the repository variables differ. So each package here is called what NVIDIA's
 CUDA repository, NVIDIA's container-toolkit repository, Docker's repository and pkgs.k8s.io call it,
 carries the files the playbook relies on (binaries, systemd units, the conffile it overwrites), and
-depends on its siblings the way the real ones roughly do. No maintainer scripts: the real postinsts
-enable units, but the playbook enables and starts what it needs explicitly anyway.
+depends on its siblings and on the distribution archive the way the real ones do (dkms, X libraries,
+conntrack: the ``archive`` channel, which a fresh image has no index for). Maintainer scripts only where the
+playbook depends on what the real one does: the DKMS build (a module only for kernels whose headers are
+installed, also when headers arrive later); other postinsts enable units, which the playbook does itself.
+The kernel side (modprobe, coldplug, initramfs) is ``capi_gpu.sim.host_shims.kmod``.
 
 The programs are: the GPU shim (``capi_gpu.sim.gpu_shim``: nvidia-smi, nvidia-mig-parted, and
 nvidia-ctk if it has one), the kubeadm shim (``capi_gpu.sim.host_shims``), and the small stand-ins of
@@ -14,6 +17,7 @@ this package (containerd that validates its config, idle daemons, a fallback nvi
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,9 +28,11 @@ from capi_gpu.sim import host_shims
 SHEBANG = b"#!/usr/bin/python3\n"
 GPU_SHIM_PACKAGE = "capi_gpu.sim.gpu_shim"
 
-# Channel -> which real repository it stands in for.
+# Channel -> which real repository it stands in for; ARCHIVE is the distribution's own archive, the
+# installed image's only configured source (capi_gpu.sim.host_shims.ARCHIVE_SOURCES), with no index on disk.
 NVIDIA, TOOLKIT, DOCKER, KUBERNETES = "nvidia", "nvidia-container-toolkit", "docker", "kubernetes"
-CHANNELS = (NVIDIA, TOOLKIT, DOCKER, KUBERNETES)
+ARCHIVE = "archive"
+CHANNELS = (NVIDIA, TOOLKIT, DOCKER, KUBERNETES, ARCHIVE)
 
 # The 575 version is the GPU shim's default; the packaged shim reports the version of its package.
 DRIVER_VERSIONS = {"575": "575.57.08", "580": "580.95.05"}
@@ -45,6 +51,8 @@ class Package:
     depends: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
+    postinst: str = ""
+    """A maintainer script (sh), for the few packages whose real postinst the playbook depends on."""
 
     @property
     def deb_name(self) -> str:
@@ -102,17 +110,53 @@ def _kubeadm() -> dict[str, host_shims.GuestFile]:
 
 
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"  # the GPU shim checks it
+# Ubuntu's unit (nvidia-compute-utils-<branch>): forking, and persistence mode off unless overridden.
 PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (capi-gpu simulation)
 Wants=syslog.target
 
 [Service]
-Type=simple
-ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
 ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
 
 [Install]
 WantedBy=multi-user.target
+"""
+# DKMS as dh_dkms's postinst and dkms's kernel hooks use it: build for every installed kernel whose headers
+# are installed (/lib/modules/<k>/build), skip the others with dkms's own message. "Building" writes the
+# module files the kernel stand-in (capi_gpu.sim.host_shims.kmod) loads.
+DKMS_BUILD = """#!/bin/sh
+# dkms autoinstall for one kernel (capi-gpu simulation)
+k="$1"
+for conf in /usr/src/*/dkms.conf; do
+  [ -e "$conf" ] || continue
+  if [ ! -e "/lib/modules/$k/build" ]; then
+    echo "Module build for kernel $k was skipped since the kernel headers for this kernel do not seem to be installed."
+    continue
+  fi
+  mkdir -p "/lib/modules/$k/updates/dkms"
+  for m in nvidia nvidia-uvm nvidia-modeset nvidia-drm; do
+    echo "stand-in module built from $conf" > "/lib/modules/$k/updates/dkms/$m.ko.zst"
+  done
+  echo "dkms: $(dirname "$conf") built for kernel $k"
+done
+"""
+DKMS_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+  for d in /lib/modules/*/; do
+    [ -d "$d" ] && /usr/lib/dkms/sim-build "$(basename "$d")"
+  done
+fi
+exit 0
+"""
+HEADERS_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /etc/kernel/header_postinst.d ]; then
+  for hook in /etc/kernel/header_postinst.d/*; do [ -x "$hook" ] && "$hook" "@KERNEL@"; done
+fi
+exit 0
 """
 MIG_MANAGER_UNIT = """[Unit]
 Description=NVIDIA MIG Manager Service (capi-gpu simulation)
@@ -190,61 +234,67 @@ ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELE
 
 
 def nvidia_packages(driver_branch: str) -> list[Package]:
+    b = driver_branch
     version = DRIVER_VERSIONS[driver_branch] + "-1"
     return [
+        # The ubuntu2404 CUDA repository's names up to branch 580: branch-suffixed, Ubuntu's layout (from 590
+        # on NVIDIA drops the suffix and pins with nvidia-driver-pinning-<branch>; no stand-in for that yet).
         Package(
-            f"nvidia-driver-pinning-{driver_branch}",
+            f"nvidia-driver-{b}-open",
             version,
             NVIDIA,
-            "pins the driver branch",
-            _doc(f"nvidia-driver-pinning-{driver_branch}"),
+            "NVIDIA driver metapackage, open kernel modules",
+            _doc(f"nvidia-driver-{b}-open"),
+            depends=(
+                f"nvidia-dkms-{b}-open",
+                f"nvidia-utils-{b}",
+                f"nvidia-compute-utils-{b}",
+                f"libnvidia-compute-{b}",
+                f"libnvidia-gl-{b}",
+            ),
         ),
         Package(
-            "nvidia-open",
+            f"nvidia-dkms-{b}-open",
             version,
             NVIDIA,
-            "NVIDIA driver with open kernel modules (meta)",
-            _doc("nvidia-open"),
-            depends=("nvidia-driver", "nvidia-kernel-open-dkms"),
+            "NVIDIA DKMS package (open kernel module)",
+            {
+                f"/usr/src/nvidia-{DRIVER_VERSIONS[b]}/dkms.conf": _unit(
+                    f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{DRIVER_VERSIONS[b]}"\n'
+                )
+            },
+            depends=("dkms",),
+            postinst=DKMS_POSTINST,
         ),
         Package(
-            "nvidia-driver",
+            f"nvidia-utils-{b}",
             version,
             NVIDIA,
-            "NVIDIA driver (meta)",
-            _doc("nvidia-driver"),
-            depends=("nvidia-smi", "libnvidia-ml1"),
+            "NVIDIA driver support binaries: nvidia-smi (GPU shim)",
+            {"/usr/bin/nvidia-smi": _nvidia_smi(DRIVER_VERSIONS[b])},
         ),
         Package(
-            "nvidia-kernel-open-dkms",
+            f"libnvidia-compute-{b}",
             version,
             NVIDIA,
-            "open kernel modules (no module in the simulation)",
-            _doc("nvidia-kernel-open-dkms"),
-        ),
-        Package(
-            "nvidia-smi",
-            version,
-            NVIDIA,
-            "nvidia-smi (GPU shim)",
-            {"/usr/bin/nvidia-smi": _nvidia_smi(DRIVER_VERSIONS[driver_branch])},
-        ),
-        Package(
-            "libnvidia-ml1",
-            version,
-            NVIDIA,
-            "NVML (a placeholder file: the DRA plugin's prestart looks for it)",
+            "NVIDIA libcompute: NVML (a placeholder file: the DRA plugin's prestart looks for it)",
             {"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": _unit("placeholder, not a library\n")},
         ),
         Package(
-            "nvidia-persistenced",
+            f"libnvidia-gl-{b}",
             version,
             NVIDIA,
-            "persistence daemon",
+            "NVIDIA OpenGL/GLX libraries (needs X libraries from the archive)",
+            _doc(f"libnvidia-gl-{b}"),
+            depends=("libx11-6", "libxext6"),
+        ),
+        Package(
+            f"nvidia-compute-utils-{driver_branch}",
+            version,
+            NVIDIA,
+            "NVIDIA compute utilities: nvidia-persistenced with Ubuntu's unit",
             {
-                "/usr/bin/nvidia-persistenced": _script(
-                    "idle", NAME="nvidia-persistenced", VERSION=version, DAEMON="yes"
-                ),
+                "/usr/bin/nvidia-persistenced": _script("persistenced", VERSION=version),
                 "/lib/systemd/system/nvidia-persistenced.service": _unit(PERSISTENCED_UNIT),
             },
         ),
@@ -298,6 +348,7 @@ def other_packages(kubernetes_version: str) -> list[Package]:
                 "/usr/bin/kubelet": _script("idle", NAME="Kubernetes", VERSION=f"v{kube.split('-')[0]}", DAEMON="yes"),
                 "/lib/systemd/system/kubelet.service": _unit(KUBELET_UNIT),
             },
+            depends=("conntrack", "socat", "ethtool"),
         ),
         Package(
             "kubeadm",
@@ -324,8 +375,54 @@ def other_packages(kubernetes_version: str) -> list[Package]:
     ]
 
 
-def packages(kubernetes_version: str, driver_branch: str = "580") -> list[Package]:
-    """Every stand-in package for one cluster version and driver branch."""
+def archive_packages(kernel_release: str) -> list[Package]:
+    """What the distribution archive offers that the NVIDIA and Kubernetes packages need: DKMS and the build
+    tools, the running kernel's headers (and the metapackages that follow kernel updates), X libraries, and
+    kubelet's conntrack/socat/ethtool."""
+    headers = f"linux-headers-{kernel_release}"
+    empty = [
+        Package(name, "1.0-1", ARCHIVE, f"{name} (empty stand-in)", _doc(name))
+        for name in ("gcc", "make", "libx11-6", "libxext6", "conntrack", "socat", "ethtool")
+    ]
+    return [
+        *empty,
+        Package(
+            "dkms",
+            "3.0.11-1",
+            ARCHIVE,
+            "Dynamic Kernel Module System (builds only where the kernel's headers are installed)",
+            {
+                "/usr/lib/dkms/sim-build": host_shims.GuestFile(DKMS_BUILD.encode()),
+                "/etc/kernel/header_postinst.d/dkms": host_shims.GuestFile(DKMS_BUILD.encode()),
+            },
+            depends=("gcc", "make"),
+        ),
+        Package(
+            headers,
+            "1.0-1",
+            ARCHIVE,
+            f"kernel headers for {kernel_release}",
+            {
+                f"/usr/src/{headers}/Makefile": _unit("# stand-in kernel headers\n"),
+                f"/lib/modules/{kernel_release}/build": _link(f"/usr/src/{headers}"),
+            },
+            postinst=HEADERS_POSTINST.replace("@KERNEL@", kernel_release),
+        ),
+        # The flavour metapackages that pull the newest kernel's headers: Ubuntu's and Debian's (amd64).
+        *[
+            Package(meta, "1.0-1", ARCHIVE, "headers of the newest kernel (meta)", _doc(meta), depends=(headers,))
+            for meta in ("linux-headers-generic", "linux-headers-amd64")
+        ],
+    ]
+
+
+def _link(target: str) -> host_shims.GuestFile:
+    return host_shims.GuestFile(b"", 0o777, link=target)
+
+
+def packages(kubernetes_version: str, driver_branch: str = "580", kernel_release: str | None = None) -> list[Package]:
+    """Every stand-in package for one cluster version, driver branch and (guest = test machine) kernel."""
     if driver_branch not in DRIVER_VERSIONS:
         raise ValueError(f"no stand-in driver for branch {driver_branch}; known: {sorted(DRIVER_VERSIONS)}")
-    return nvidia_packages(driver_branch) + other_packages(kubernetes_version)
+    release = kernel_release or os.uname().release
+    return nvidia_packages(driver_branch) + other_packages(kubernetes_version) + archive_packages(release)

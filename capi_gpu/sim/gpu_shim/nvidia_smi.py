@@ -204,7 +204,7 @@ class Gpu:
                 f"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU {self.bus_id}",
             ]
         self.save_mode()
-        if not self.persistenced_pid.exists():
+        if not persistence_enabled(self):
             out += [
                 "",
                 f"Warning: persistence mode is disabled on device {self.bus_id}. See the Known Issues section of "
@@ -364,7 +364,7 @@ def _fields(gpu: Gpu) -> dict[str, tuple[str, str]]:
         "memory.free": (str(c["memory_total_mib"]), "MiB"),
         "mig.mode.current": (gpu.mode["current"], ""),
         "mig.mode.pending": (gpu.mode["pending"], ""),
-        "persistence_mode": ("Enabled" if gpu.persistenced_pid.exists() else "Disabled", ""),
+        "persistence_mode": ("Enabled" if persistence_enabled(gpu) else "Disabled", ""),
         "compute_cap": ("12.0", ""),
     }
 
@@ -584,7 +584,31 @@ def destroy_gis(gpu: Gpu, only: set[int] | None) -> list[str]:
     return out
 
 
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def require_driver(root: Path) -> None:
+    """On a simulated installed OS (its kernel stand-in keeps ``/run/sim-kmod``), nothing answers until the
+    ``nvidia`` module is loaded, as on a real host; elsewhere (no kernel stand-in) the driver is taken as loaded."""
+    kmod = root / "run/sim-kmod"
+    if kmod.is_dir() and not (kmod / "nvidia").exists():
+        raise ShimError(NO_DRIVER, 9)
+
+
+def persistence_enabled(gpu: Gpu) -> bool:
+    """The daemon runs and was not started with --no-persistence-mode (it writes its mode next to its pid)."""
+    mode = gpu.persistenced_pid.with_name("persistence-mode")
+    if not gpu.persistenced_pid.exists():
+        return False
+    return not mode.exists() or mode.read_text().strip() == "Enabled"
+
+
 def run(argv: list[str], root: Path) -> list[str]:
+    if not {"-h", "--help"} & set(argv):
+        require_driver(root)
     if argv[:1] == ["mig"]:
         gpu = Gpu(root)
         opts = parse_args(argv[1:])

@@ -10,6 +10,7 @@ the guest's own python3.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from importlib import resources
 
@@ -82,9 +83,57 @@ WantedBy=multi-user.target
 """
 
 
-def installed_files() -> dict[str, GuestFile]:
-    """What every installed image brings: cloud-init (enabled at boot), lspci (pciutils), and nproc."""
+APT_GUEST_DIR = "/srv/capi-gpu-apt"  # where the fleet binds the local apt repository (capi_gpu.sim.aptrepo)
+# The image's own package source: the simulated distribution archive (the aptrepo's "archive" channel). Like a
+# freshly installed image, the disk carries no index for it until the first `apt-get update`.
+ARCHIVE_SOURCES = f"""# The distribution archive (simulated; capi_gpu.sim.aptrepo channel "archive")
+Types: deb
+URIs: file:{APT_GUEST_DIR}/archive
+Suites: ./
+Trusted: yes
+""".encode()
+SOURCES_LIST = b"# The image's sources are in /etc/apt/sources.list.d/archive.sources (deb822).\n"
+COLDPLUG_UNIT = b"""[Unit]
+Description=Simulated kernel coldplug: nouveau or nvidia binds the GPU, as udev does at boot
+DefaultDependencies=no
+After=local-fs.target
+Before=sysinit.target nvidia-persistenced.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/lib/sim/kmod coldplug
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def kernel_files(release: str) -> dict[str, GuestFile]:
+    """The kernel's side of the installed image: module state (``kmod``), ``modprobe`` and ``update-initramfs``
+    ahead of kmod's on PATH, the coldplug unit, and the running kernel's (empty) module directory."""
     return {
+        "/usr/local/lib/sim/kmod": GuestFile(_script("kmod")),
+        "/usr/local/sbin/modprobe": _link("/usr/local/lib/sim/modprobe"),
+        "/usr/local/lib/sim/modprobe": _link("kmod"),
+        "/usr/local/sbin/update-initramfs": _link("/usr/local/lib/sim/update-initramfs"),
+        "/usr/local/lib/sim/update-initramfs": _link("kmod"),
+        "/etc/systemd/system/sim-coldplug.service": GuestFile(COLDPLUG_UNIT, 0o644),
+        "/etc/systemd/system/sysinit.target.wants/sim-coldplug.service": _link(
+            "/etc/systemd/system/sim-coldplug.service"
+        ),
+        # /usr/lib: the image is merged-/usr, and a layer directory named lib would hide the /lib symlink.
+        f"/usr/lib/modules/{release}/modules.dep": GuestFile(b"", 0o644),
+    }
+
+
+def installed_files() -> dict[str, GuestFile]:
+    """What every installed image brings: cloud-init (enabled at boot), lspci (pciutils), nproc, the kernel's
+    module state (the guest runs the test machine's kernel, so its release), and the archive as its source."""
+    return {
+        **kernel_files(os.uname().release),
+        "/etc/apt/sources.list": GuestFile(SOURCES_LIST, 0o644),
+        "/etc/apt/sources.list.d/archive.sources": GuestFile(ARCHIVE_SOURCES, 0o644),
         "/usr/bin/cloud-init": GuestFile(_script("cloudinit")),
         "/etc/systemd/system/cloud-init.service": GuestFile(CLOUD_INIT_UNIT, 0o644),
         "/etc/systemd/system/multi-user.target.wants/cloud-init.service": _link(

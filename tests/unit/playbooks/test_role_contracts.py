@@ -71,10 +71,26 @@ def test_the_mig_config_is_copied_verbatim() -> None:
     assert not list((ROLES / "mig_layout" / "templates").glob("*mig-parted*"))
 
 
-def test_the_boot_unit_runs_before_kubelet_after_persistenced() -> None:
+def test_the_boot_unit_runs_before_kubelet_after_persistenced_and_fails_closed() -> None:
     unit = (ROLES / "mig_layout" / "templates" / "capi-gpu-mig-layout.service.j2").read_text()
     assert "Before=kubelet.service" in unit
     assert "After=nvidia-persistenced.service" in unit
     assert "Type=oneshot" in unit
     assert re.search(r"^ExecStartPost=/usr/bin/nvidia-ctk cdi generate --output=", unit, re.M)
-    assert re.search(r"^WantedBy=multi-user.target kubelet.service$", unit, re.M)
+    assert re.search(r"^WantedBy=multi-user.target$", unit, re.M)
+    assert re.search(r"^RequiredBy=kubelet.service$", unit, re.M), "kubelet must not start without the layout"
+
+
+def test_every_network_source_pins_its_key_and_a_downloaded_deb_its_checksum() -> None:
+    repos = []
+    for path in ROLES.glob("*/defaults/main.yml"):
+        for key, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if key.endswith("_repo") and isinstance(value, dict) and value:
+                repos.append((key, value))
+    assert len(repos) == 4
+    for key, repo in repos:
+        assert re.fullmatch(r"[0-9A-F]{40}", repo.get("key_fingerprint", "")), key
+    tasks = (ROLES / "mig_layout" / "tasks" / "main.yml").read_text()
+    assert 'checksum: "sha256:{{ mig_layout_manager_deb_sha256 }}"' in tasks
+    fetches = [t for t in yaml.safe_load(tasks) if "ansible.builtin.get_url" in t]
+    assert all("checksum" in t["ansible.builtin.get_url"] for t in fetches)

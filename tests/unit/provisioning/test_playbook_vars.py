@@ -46,6 +46,8 @@ def test_every_extra_var_is_a_variable_some_role_defines() -> None:
         containerd_repo=repo,
         kubernetes_repo=repo,
         mig_manager_deb="/srv/capi-gpu-apt/nvidia/nvidia-mig-manager_0.15.0-1_amd64.deb",
+        mig_manager_deb_sha256="0" * 64,
+        driver_route="ubuntu-precompiled",
         node_labels={"nvidia.com/gpu.present": "true"},
     )
     assert set(full.extra_vars()) <= role_defaults()
@@ -67,6 +69,7 @@ def test_a_repository_is_sent_in_the_shape_apt_source_takes() -> None:
     repo = pv.AptRepository(
         uri="https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
         key_url="https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
+        key_fingerprint="DE15B14486CD377B9E876E1A234654DA9A296436",
     )
     extra = pv.PlaybookVars(kubernetes_version="1.36.3", mig=sample_layout(), kubernetes_repo=repo).extra_vars()
     assert extra["kubelet_repo"] == {
@@ -74,6 +77,7 @@ def test_a_repository_is_sent_in_the_shape_apt_source_takes() -> None:
         "suite": "/",
         "components": [],
         "key_url": "https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
+        "key_fingerprint": "DE15B14486CD377B9E876E1A234654DA9A296436",
         "trusted": False,
     }
 
@@ -91,6 +95,8 @@ def test_only_a_local_file_repository_may_be_unsigned() -> None:
         pv.AptRepository(uri="https://example.invalid/repo", trusted=True)
     with pytest.raises(ValidationError, match="needs key_url"):
         pv.AptRepository(uri="https://example.invalid/repo")
+    with pytest.raises(ValidationError, match="key_fingerprint"):
+        pv.AptRepository(uri="https://example.invalid/repo", key_url="https://example.invalid/key")
     with pytest.raises(ValidationError, match="needs key_url"):
         pv.AptRepository(uri="file:/srv/repo")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -48,7 +49,7 @@ def fake_gpu_shim(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_packaged_nvidia_smi_reports_its_package_version(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_gpu_shim(monkeypatch)
-    (smi,) = [p for p in apt_standins.packages("v1.36.3", "580") if p.name == "nvidia-smi"]
+    (smi,) = [p for p in apt_standins.packages("v1.36.3", "580") if p.name == "nvidia-utils-580"]
     assert smi.version == "580.95.05-1"
     assert b'"driver_version": "580.95.05"' in smi.files["/usr/bin/nvidia-smi"].content
 
@@ -143,18 +144,37 @@ def test_the_playbook_points_at_the_guest_copy(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_catalog_has_every_package_the_roles_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-ins carry the real names: the ubuntu2404 CUDA repository's branch-suffixed ones up to 580
+    (no pinning package needed, none offered), the archive's headers for the running kernel."""
     fake_gpu_shim(monkeypatch)
-    names = {p.name for p in apt_standins.packages("v1.36.3", "580")}
+    names = {p.name for p in apt_standins.packages("v1.36.3", "580", kernel_release="6.8.0-90-generic")}
     defaults = {}
     for role in ("nvidia_driver", "container_toolkit", "kubelet"):
         defaults |= yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    facts = {"nvidia_driver_branch": "580", "ansible_facts": {"kernel": "6.8.0-90-generic", "distribution": "Ubuntu"}}
+    driver = yaml.safe_load(env.from_string(defaults["nvidia_driver_packages_by_route"]["nvidia-dkms"]).render(facts))
+    headers = [env.from_string(h).render(facts) for h in defaults["nvidia_driver_headers_packages"]]
+    assert driver == ["nvidia-driver-580-open"]
+    assert env.from_string(defaults["nvidia_driver_pinning_package"]).render(facts).strip() == ""
     wanted = {
-        *defaults["nvidia_driver_packages"],
-        "nvidia-driver-pinning-580",
+        *driver,
+        *headers,
         *defaults["container_toolkit_packages"],
         defaults["container_toolkit_containerd_package"],
         *defaults["kubelet_packages"],
         "nvidia-mig-manager",
     }
     assert wanted <= names
-    assert defaults["nvidia_driver_pinning_package"] == "nvidia-driver-pinning-{{ nvidia_driver_branch }}"
+    assert "nvidia-driver-pinning-580" not in names and "nvidia-open" not in names
+
+
+def test_the_driver_depends_on_the_archive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh image cannot install the driver (dkms, X libraries) or kubelet (conntrack) from the vendor
+    repositories alone: their dependencies live only in the archive channel."""
+    fake_gpu_shim(monkeypatch)
+    pkgs = {p.name: p for p in apt_standins.packages("v1.36.3", "580", kernel_release="6.8.0-90-generic")}
+    assert pkgs["nvidia-dkms-580-open"].depends == ("dkms",)
+    for name in ("dkms", "libx11-6", "conntrack", "linux-headers-6.8.0-90-generic"):
+        assert pkgs[name].channel == apt_standins.ARCHIVE
+    assert "conntrack" in pkgs["kubelet"].depends
