@@ -38,7 +38,7 @@ from capi_gpu.kube import (
     ours,
 )
 from capi_gpu.provisioning import gpuplan
-from capi_gpu.sim import binaries
+from capi_gpu.sim import binaries, nvidia_chart
 from capi_gpu.sim.dra_publisher import DraPublisher, GpuFacts, MigFacts
 
 CLUSTERS = ours("hetznergpuclusters")
@@ -115,26 +115,10 @@ class GateWorld:
     _next_server: int = field(default_factory=lambda: 100_000 + uuid.uuid4().int % 800_000)
 
     def setup(self) -> GateWorld:
-        """The DeviceClasses (NVIDIA's MIG class as its chart installs it, and ours), the shipped claim
+        """The DeviceClasses (NVIDIA's, rendered from its real chart, and ours), the shipped claim
         templates in the namespace, the bootstrap Secret, and the Cluster with a provisioned HetznerGPUCluster."""
-        self.kube.apply(
-            DEVICECLASSES,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": MIG_DEVICE_CLASS},
-                "spec": {
-                    "selectors": [
-                        {
-                            "cel": {
-                                "expression": f'device.driver == "{domain.NVIDIA_DRIVER}" && '
-                                f'device.attributes["{domain.NVIDIA_DRIVER}"].type == "mig"'
-                            }
-                        }
-                    ]
-                },
-            },
-        )
+        for cls in nvidia_chart.device_classes():  # the real chart's classes, rendered from its archive
+            self.kube.apply(DEVICECLASSES, cls)
         self.kube.apply(DEVICECLASSES, _yaml_docs(GATE_CLASS)[0])
         for doc in _yaml_docs(CLAIM_TEMPLATES):
             self.kube.create(RESOURCECLAIMTEMPLATES, doc, self.namespace)

@@ -19,7 +19,7 @@ import yaml
 from capi_gpu import domain
 from capi_gpu.kube import DEVICECLASSES, RESOURCECLAIMTEMPLATES, Kube, NotFound, Res
 from capi_gpu.provisioning import addons
-from capi_gpu.sim import binaries, dra_publisher
+from capi_gpu.sim import binaries, dra_publisher, nvidia_chart
 from capi_gpu.sim.controlplane import ControlPlane, Options
 
 pytestmark = pytest.mark.integration
@@ -162,26 +162,7 @@ def test_every_shipped_claim_template_names_a_class_the_chart_creates_and_attrib
 
 
 def helm_template() -> list[dict[str, object]]:
-    values = binaries.REPO / "config" / "dra-driver" / "values.yaml"
-    version = binaries.versions()["KUBERNETES_VERSION"]
-    out = subprocess.run(
-        [
-            str(binaries.ensure_helm()),
-            "template",
-            "x",
-            str(CHART),
-            "-n",
-            NS,
-            "-f",
-            str(values),
-            "--kube-version",
-            version,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return list(nvidia_chart.rendered())
 
 
 def published_attributes() -> dict[str, set[str]]:
