@@ -268,7 +268,7 @@ class View:
 
     def __enter__(self) -> View:
         if self._live_mode:
-            self._live = Live(console=self._console, auto_refresh=False, redirect_stderr=False)
+            self._live = Live(console=self._console, auto_refresh=False)  # prints during it go above it
             self._live.start()
         return self
 
