@@ -33,7 +33,10 @@ Sizes that would not finish within ``--budget`` (estimated from the size already
 time per host over this machine's CPUs) or that need more memory than is free are reported as not
 run, with the reason; nothing is extrapolated into a figure.
 
-Run as root: ``.venv/bin/python bench/scaleup.py [--hosts 1,2] [--standby 1] [--budget 330]``.
+``--autoscaler ca`` asks the real cluster-autoscaler for the nodes with pending claim pods instead of
+raising the replicas (``bench/scaleup_ca.py``); the columns are the same, plus CA's decision time.
+
+Run as root: ``.venv/bin/python bench/scaleup.py [--hosts 1,2] [--standby 1] [--budget 330] [--autoscaler ca]``.
 Prints one JSON line and a table.
 """
 
@@ -50,6 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import scaleup_ca
 from scaleup_trace import Clocks, Trace, analyse
 from urllib3.exceptions import ProtocolError
 
@@ -145,6 +149,8 @@ def apply_event(
             t.slices = at
     elif kind == "pod":
         t = next((x for x in traces.values() if x.pod == name), None)
+        if t is None and (t := traces.get(obj["spec"].get("nodeName") or "")) is not None and t.pod is None:
+            t.pod = name  # unpinned (--autoscaler ca): the first pod bound on the host's node counts for it
         if t is not None and t.bound is None and obj["spec"].get("nodeName"):
             t.bound = at
 
@@ -198,19 +204,26 @@ def wait(world: World, observer: Observer, traces: dict[str, Trace], pin_pods: b
     return False
 
 
-def run_phase(world: World, traces: list[Trace], replicas: int, pin_now: bool, timeout: float) -> dict[str, Any]:
+def run_phase(
+    world: World, traces: list[Trace], replicas: int, pin_now: bool, timeout: float, ca: bool = False
+) -> dict[str, Any]:
     assert world.robot is not None
     clocks, calls = Clocks(world), len(world.robot.log)
     by_name = {t.name: t for t in traces}
     observer = Observer(world)
+    decision: float | None = None
     try:
         time.sleep(1.0)  # the watches are open (their first events are the current state)
         t0 = time.monotonic()
-        world.scale(replicas)
+        if ca:  # pending pods, and CA raises the replicas (the events queue meanwhile, with their times)
+            scaleup_ca.demand(world, len(traces), str(replicas))
+            decision = scaleup_ca.decision_s(world, replicas - len(traces), t0, timeout)
+        else:
+            world.scale(replicas)
         if pin_now:
             for t in traces:
                 t.pod = pin(world, t.name)
-        finished = wait(world, observer, by_name, not pin_now, t0 + timeout)
+        finished = wait(world, observer, by_name, not pin_now and not ca, t0 + timeout)
     finally:
         observer.close()
     result = analyse(world, traces, t0, clocks)
@@ -218,6 +231,9 @@ def run_phase(world: World, traces: list[Trace], replicas: int, pin_now: bool, t
     result["errors"] = host_errors(world, by_name)
     result["robot_calls"] = len(world.robot.log) - calls
     result["wall_s"] = round(time.monotonic() - t0, 1)
+    if ca:
+        result["ca_decision_s"] = decision
+        result["ca_replicas"] = scaleup_ca.replicas(world)
     return result
 
 
@@ -301,10 +317,14 @@ def measure(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     world = World(config)
     sizes: list[dict[str, Any]] = []
     standby: dict[str, Any] | None = None
+    autoscaler = None
     try:
         world.start()
         assert world.robot is not None
         replicas = 0
+        if args.autoscaler == "ca":
+            autoscaler = scaleup_ca.prepare(world, 1 + sum(args.sizes), args.timeout)
+            replicas = 1
         for n in args.sizes:
             left = args.budget - (time.monotonic() - started)
             if (reason := skip_reason(n, sizes, left, args.standby > 0)) is not None:
@@ -312,15 +332,17 @@ def measure(args: argparse.Namespace, state: Path) -> dict[str, Any]:
                 continue
             traces, inspect_s, inspect_calls = add_hosts(world, n, args.timeout)
             replicas += n
-            result = run_phase(world, traces, replicas, False, args.timeout)
+            result = run_phase(world, traces, replicas, False, args.timeout, ca=autoscaler is not None)
             result.update(inspect_s=round(inspect_s, 1), inspect_robot_calls=inspect_calls)
             sizes.append(result)
             print(f"{n} host(s): {result.get('ready', 0)} ready in {result['wall_s']} s", flush=True)
-        if args.standby:
+        if args.standby and autoscaler is None:
             standby = standby_phase(world, args.standby, args.timeout)
             print(f"standby {args.standby}: claim bound in {standby.get('time_to_claim_bound_s')}", flush=True)
         statuses = [e.status for e in world.robot.log]
     finally:
+        if autoscaler is not None:
+            autoscaler.stop()
         world.stop()
     return report(args, sizes, standby, statuses, time.monotonic() - started)
 
@@ -340,6 +362,7 @@ def report(
     cold = ran[0] if ran else None
     return {
         "bench": "scaleup",
+        "autoscaler": args.autoscaler,
         "compression": args.compression,
         "timing_scale": args.timing_scale,
         "ansible_parallel": args.ansible_parallel or "default",
@@ -381,6 +404,8 @@ def print_table(r: dict[str, Any]) -> None:
         values += (a["overhead_s"], a["overhead_pct"], a["operator_overhead_pct"], b["hardware_s"])
         values += (b["operator_overhead_pct"], s["robot_calls_per_node"])
         print(f"{label:>9}" + "".join(f"{v:>9.1f}" if isinstance(v, float) else f"{v!s:>9}" for v in values))
+        if "ca_decision_s" in s:
+            print(f"{'':>9}   CA raised the replicas to {s['ca_replicas']} after {s['ca_decision_s']} s")
     first = next((s for s in r["sizes"] if s.get("ready")), None)
     for label, s in (("cold, first size", first), ("standby", r["standby"])):
         if s and s.get("steps"):
@@ -405,6 +430,12 @@ def main() -> None:
         default=os.cpu_count() or 1,
         help="the operator's --ansible-parallel (0: its default); default: this machine's CPUs, which the "
         "simulated hosts' Ansible work shares (20 hosts on 2 CPUs: mean ready 345 s at 2, 607 s at 6)",
+    )
+    parser.add_argument(
+        "--autoscaler",
+        choices=("none", "ca"),
+        default="none",
+        help="ca: pending claim pods and the real cluster-autoscaler raise the replicas (no standby phase)",
     )
     parser.add_argument("--keep", type=Path, default=None, help="state directory to keep (default: a temporary one)")
     args = parser.parse_args()
