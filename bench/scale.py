@@ -178,7 +178,7 @@ def populate(kube: Kube, robot: RobotSim, n: int) -> float:
 def start_operator(cp: ControlPlane, robot: RobotSim, workdir: Path, timing_scale: float) -> Proc:
     argv = [sys.executable, "-m", "capi_gpu.cli", "run", "--kubeconfig", str(cp.kubeconfig)]
     argv += ["--robot-url", robot.url, "--allow-plain-http", "--timing-scale", str(timing_scale)]
-    argv += ["--metrics-port", "0", "--liveness", ""]
+    argv += ["--metrics-port", "0", "--liveness", "", "--no-addons"]  # no chart pulls from a benchmark
     argv += ["--artifacts-dir", str(workdir / "artifacts")]
     return Proc("operator", argv, workdir / "logs", cp.registry)
 
