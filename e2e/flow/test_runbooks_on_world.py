@@ -171,7 +171,10 @@ def test_node_never_gpu_ready(fleet: Fleet) -> None:
     assert "True Ready: pool" in fleet.run("gpu-ready-node")
     assert f"{domain.PROVIDER_ID_PREFIX}{fleet.server}" in fleet.run("gpu-ready-owner")
     # The gate writes the node, then its gate slice, then the Machine: the fixture waited for the first.
-    fleet.run_until("gpu-ready-gate", lambda out: "gate taints= bindingConditions=" in out)
+    # One exclusive gate-<i> device per GPU device of the layout (CA rates a node by its busiest pool).
+    fleet.run_until(
+        "gpu-ready-gate", lambda out: re.search(r"^gate-0 taints= bindingConditions=", out, re.M) is not None
+    )
     fleet.run_until("gpu-ready-machine", lambda out: "GPUReady" in out and "True Ready:" in out)
     host = fleet.run("gpu-ready-host")
     assert "MIG 1g.24gb" in host and "ActiveState=active" in host
