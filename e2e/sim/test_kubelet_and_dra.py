@@ -168,7 +168,10 @@ def test_published_slices_match_the_layout_and_the_fault_knobs(
     model = catalog.builtin_catalog().model("2bb5")
     placed = layout.validate(model, {"1g.24gb": 2, "2g.48gb": 1})  # as mig-parted would place them
     cgi = ",".join(f"{p.gi_profile_id}:{p.start}" for p in placed)
-    for argv in (["nvidia-smi", "-i", "0", "-mig", "1"], ["nvidia-smi", "mig", "-cgi", cgi, "-C"]):
+    # The image's kernel stand-in answers nvidia-smi only with the nvidia module loaded: put the module where
+    # the driver's DKMS build would and load it, as the node playbook leaves a host.
+    load = 'd="/lib/modules/$(uname -r)/updates/dkms" && mkdir -p "$d" && : > "$d/nvidia.ko" && modprobe nvidia'
+    for argv in (["sh", "-c", load], ["nvidia-smi", "-i", "0", "-mig", "1"], ["nvidia-smi", "mig", "-cgi", cgi, "-C"]):
         res = host.exec(argv)
         assert res.returncode == 0, res.stdout + res.stderr
     join = JOIN_CONFIG.format(hash="0" * 64, name=name, startup=domain.NODE_STARTUP_TAINT, number=number)
