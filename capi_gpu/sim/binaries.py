@@ -99,6 +99,19 @@ def ensure_built() -> Binaries:
     return bins
 
 
+def _ensure_target(path: Path, target: str, needs: str) -> Path:
+    """``path``, running ``build-upstream.sh TARGET`` first when it is missing (tests build, never skip)."""
+    if path.exists():
+        return path
+    try:
+        subprocess.run(["bash", str(BUILD_SCRIPT), target], check=True)
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        raise BinariesMissing(f"{BUILD_SCRIPT} {target} failed: {exc}; install {needs}") from exc
+    if not path.exists():
+        raise BinariesMissing(f"built, yet still missing: {path}")
+    return path
+
+
 def clusterctl_path() -> Path:
     return cache_dir() / "bin" / f"clusterctl-{versions()['CAPI_VERSION']}" / "clusterctl"
 
@@ -108,16 +121,7 @@ def ensure_clusterctl() -> Path:
 
     Separate from ``ensure_built``: only the manifest tests and the dev tool need it.
     """
-    path = clusterctl_path()
-    if path.exists():
-        return path
-    try:
-        subprocess.run(["bash", str(BUILD_SCRIPT), "clusterctl"], check=True)
-    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
-        raise BinariesMissing(f"{BUILD_SCRIPT} clusterctl failed: {exc}; install bash and Go >= 1.26") from exc
-    if not path.exists():
-        raise BinariesMissing(f"built, yet still missing: {path}")
-    return path
+    return _ensure_target(clusterctl_path(), "clusterctl", "bash and Go >= 1.26")
 
 
 def cluster_autoscaler_path() -> Path:
@@ -127,16 +131,7 @@ def cluster_autoscaler_path() -> Path:
 
 def ensure_cluster_autoscaler() -> Path:
     """cluster-autoscaler (clusterapi provider only), built from its tag's source once (~4.5 min, 76 MB)."""
-    path = cluster_autoscaler_path()
-    if path.exists():
-        return path
-    try:
-        subprocess.run(["bash", str(BUILD_SCRIPT), "ca"], check=True)
-    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
-        raise BinariesMissing(f"{BUILD_SCRIPT} ca failed: {exc}; install bash, curl and Go >= 1.26") from exc
-    if not path.exists():
-        raise BinariesMissing(f"built, yet still missing: {path}")
-    return path
+    return _ensure_target(cluster_autoscaler_path(), "ca", "bash, curl and Go >= 1.26")
 
 
 def helm_path() -> Path:
@@ -145,13 +140,4 @@ def helm_path() -> Path:
 
 def ensure_helm() -> Path:
     """helm (v3, from its Go module): the add-ons playbook's kubernetes.core.helm drives it."""
-    path = helm_path()
-    if path.exists():
-        return path
-    try:
-        subprocess.run(["bash", str(BUILD_SCRIPT), "helm"], check=True)
-    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
-        raise BinariesMissing(f"{BUILD_SCRIPT} helm failed: {exc}; install bash and Go >= 1.26") from exc
-    if not path.exists():
-        raise BinariesMissing(f"built, yet still missing: {path}")
-    return path
+    return _ensure_target(helm_path(), "helm", "bash and Go >= 1.26")
