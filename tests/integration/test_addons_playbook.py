@@ -35,12 +35,8 @@ NS = "nvidia-dra-driver-gpu"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """An apiserver of its own: the chart owns cluster-wide DeviceClasses that other tests' worlds create by hand."""
     opts = Options(with_scheduler=False, with_controller_manager=False, with_capi=False, install_our_crds=False)
-    cp = ControlPlane(tmp_path_factory.mktemp("addons-cp"), opts)
-    cp.start()
-    try:
+    with ControlPlane(tmp_path_factory.mktemp("addons-cp"), opts) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="module")

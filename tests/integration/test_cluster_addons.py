@@ -32,12 +32,8 @@ CLUSTERS = ours("hetznergpuclusters")
 def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """An apiserver of its own: the chart owns cluster-wide DeviceClasses that other tests' worlds create by hand."""
     opts = Options(with_scheduler=False, with_controller_manager=False, with_capi=False)
-    plane = ControlPlane(tmp_path_factory.mktemp("cluster-addons-cp"), opts)
-    plane.start()
-    try:
+    with ControlPlane(tmp_path_factory.mktemp("cluster-addons-cp"), opts) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 class Counting:
