@@ -232,7 +232,7 @@ def _install(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> Action
         extra=image.post_install_script,
         server_number=host.spec.server_number,
     )
-    shell.start_installimage(installimage.autosetup(image, name, wwns), script)
+    shell.start_installimage(installimage.autosetup(image, name, wwns, uefi=shell.uefi()), script)
     return ActionResult.ok(message="installimage started")
 
 

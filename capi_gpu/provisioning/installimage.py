@@ -21,6 +21,8 @@ from capi_gpu.api.specs import InstallImageSpec
 MARKER = "CAPI_GPU_POST_INSTALL_DONE"
 SEED_DIR = "/var/lib/cloud/seed/nocloud-net"
 CLOUD_INIT_DISABLED = "/etc/cloud/cloud-init.disabled"
+ESP_MOUNT = "/boot/efi"
+ESP_PART = f"PART {ESP_MOUNT} esp 256M"
 
 
 class NoInstallDisk(ValueError):
@@ -51,9 +53,14 @@ def root_disks(disks: Sequence[DiskInfo], hints: RootDeviceHints | None, spec: I
     return chosen
 
 
-def autosetup(spec: InstallImageSpec, hostname: str, wwns: Sequence[str]) -> str:
+def autosetup(spec: InstallImageSpec, hostname: str, wwns: Sequence[str], uefi: bool = False) -> str:
+    """The config; on a UEFI-booted rescue system it starts with the EFI System Partition installimage
+    demands there (hetzneronline/installimage functions.sh: exactly one ``esp`` at /boot/efi, >= 256M;
+    installimage's own defaults put it first), unless the spec already mounts something at /boot/efi."""
     lines = [f"DRIVE{i} {disk_path(w)}" for i, w in enumerate(wwns, start=1)]
     lines += [f"SWRAID {spec.swraid}", f"SWRAIDLEVEL {spec.swraid_level}", "BOOTLOADER grub", f"HOSTNAME {hostname}"]
+    if uefi and not any(p.mount == ESP_MOUNT for p in spec.partitions):
+        lines.append(ESP_PART)
     lines += [f"PART {p.mount} {p.file_system.value} {p.size}" for p in spec.partitions]
     lines.append(f"IMAGE {spec.image_path}")
     return "\n".join(lines) + "\n"

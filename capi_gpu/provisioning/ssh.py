@@ -128,6 +128,8 @@ class HostShell(Protocol):
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o600) -> None: ...
 
+    def uefi(self) -> bool: ...
+
     def start_installimage(self, autosetup: str, post_install: str | None = None) -> None: ...
 
     def installimage_state(self) -> InstallImageStatus: ...
@@ -239,6 +241,14 @@ class ParamikoShell:
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o600) -> None:
         self._session.put(path, data.encode() if isinstance(data, str) else data, mode)
+
+    def uefi(self) -> bool:
+        """Whether the running system (the rescue system) was booted in UEFI mode; installimage asks the same
+        question, the same way, and then refuses a config without an EFI System Partition."""
+        res = self._run("uefi", "test -d /sys/firmware/efi", check=False)
+        if res.exit_status not in (0, 1):
+            raise CommandFailed(self.host, "uefi", res.exit_status, res.tail())
+        return res.exit_status == 0
 
     def start_installimage(self, autosetup: str, post_install: str | None = None) -> None:
         """Write the config (and post-install script), then start installimage detached under nohup, so a

@@ -3,7 +3,8 @@ rejected with installimage's messages, a good one plus post-install boots an OS 
 the NoCloud seed, the local apt repository is bound read-only into every disk boot (previous OS, and the
 installed one after installimage reset the disk), resets switch rescue/OS (hostname, boot id), a reboot
 from inside the OS boots what Robot has armed (rescue once, then the disk), installimage survives a
-dropped session, and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the
+dropped session, a UEFI-booted rescue system (hardware knob) shows /sys/firmware/efi and installimage
+there demands the ESP the provider's config adds, and rescue inspection (disks by WWN, SMART, lspci GPU, other-Linux) reflects the
 hardware knobs; wipefs clears another OS's disk (other-Linux finds nothing, nothing boots); rescue and
 installed OS report the GEX131's CPU threads and memory, and systemd still boots cleanly under the bound
 /proc files."""
@@ -11,13 +12,16 @@ installed OS report the GEX131's CPU threads and memory, and systemd still boots
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 
 import pytest
 from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 
+from capi_gpu.api.specs import InstallImageSpec
 from capi_gpu.provisioning import hostfacts, ssh, sshtransport
+from capi_gpu.provisioning import installimage as provider_installimage
 from capi_gpu.sim import aptrepo
 from capi_gpu.sim.fleet import Fleet
 from capi_gpu.sim.hosts import keys
@@ -105,6 +109,7 @@ BAD = [
 
 def test_malformed_autosetup_fails_with_installimage_messages(rescue: Rescue, client_key: keys.KeyPair) -> None:
     with rescue.shell(client_key) as shell:
+        assert not shell.uefi()  # the knob's default: BIOS, whatever the test machine booted with
         for config, message in BAD:
             shell.start_installimage(config)
             st = wait_install(shell)
@@ -209,6 +214,27 @@ def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotA
     with rescue.shell(client_key) as again:
         assert again.installimage_state().state is ssh.InstallState.RUNNING
         assert wait_install(again).state is ssh.InstallState.SUCCEEDED
+
+
+def test_a_uefi_rescue_shows_efi_and_installimage_demands_an_esp(
+    fleet: Fleet, robot_api: RobotApi, client_key: keys.KeyPair
+) -> None:
+    """The firmware knob: /sys/firmware/efi only in a UEFI-booted rescue system (never the test machine's);
+    installimage then refuses the BIOS-era config, and takes the provider's one with the ESP."""
+    host = fleet.host()
+    host.set_hardware(dataclasses.replace(host.hw, uefi=True, installimage_seconds=0.1))
+    rescue = boot_rescue(host, robot_api, client_key)
+    with rescue.shell(client_key) as shell:
+        assert shell.uefi()
+        wwns = [d.wwn or "" for d in shell.disks()]
+        shell.start_installimage(autosetup(f"/dev/disk/by-id/nvme-{wwns[0]}"))
+        st = wait_install(shell)
+        assert st.state is ssh.InstallState.FAILED and "ERROR: ESP missing or multiple ESP found" in st.log_tail
+        shell.start_installimage(provider_installimage.autosetup(InstallImageSpec(), "bm-gpu-1", wwns, uefi=True))
+        st = wait_install(shell)
+        assert st.state is ssh.InstallState.SUCCEEDED, st.log_tail
+    table = json.loads((host.disk_dir / "partitions.json").read_text())
+    assert [[r["mount"] for r in table[d]] for d in ("nvme0n1", "nvme1n1")] == [["/boot/efi", "/boot", "/"]] * 2
 
 
 def test_a_session_killed_unnoticed_reconnects_once(rescue: Rescue, client_key: keys.KeyPair) -> None:

@@ -14,7 +14,9 @@ Every run appends its start and its end to ``/run/sim/disk/installimage-runs.jso
 script, as an image that ships one would: the installed OS then presents a key nobody pinned.
 
 The installed OS is always the simulator's bookworm tree whatever IMAGE names: the image name is
-validated (suffix, architecture, existence for local paths) but not unpacked.
+validated (suffix, architecture, existence for local paths) but not unpacked. UEFI is decided as
+installimage decides it, by ``/sys/firmware/efi`` (the simulator shows it when the ``uefi`` hardware knob
+is set): then the config needs exactly one ESP (``PART /boot/efi esp 256M`` or larger).
 
 Paths (bind-mounted by the simulator into the rescue view): ``/run/sim/disk`` (upper, work,
 partitions.json, installed.json), ``/run/sim/image`` (the read-only base tree), ``/run/sim/hw``.
@@ -38,6 +40,8 @@ DISK = Path(os.environ.get("SIM_DISK", "/run/sim/disk"))
 IMAGE_ROOT = Path(os.environ.get("SIM_IMAGE", "/run/sim/image"))
 HW_PATH = Path(os.environ.get("SIM_HW_PATH", "/run/sim/hw/hardware.json"))
 DEBUG = Path("/root/debug.txt")
+# installimage's only test for UEFI (functions.sh: ``[ -d /sys/firmware/efi ] && UEFI=1``).
+EFI_DIR = Path("/sys/firmware/efi")
 FOLD = Path("/installimage")
 SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar.zst", ".tzst")
 FILESYSTEMS = {"bios_grub", "btrfs", "ext2", "ext3", "ext4", "reiserfs", "xfs", "swap", "none", "esp"}
@@ -205,6 +209,13 @@ def _check_part(i: int, part: Part, last: bool) -> None:
         raise ConfigError('ERROR: Partition size "all" has to be on the last partition')
     if part.size != "all" and (not part.size.isdigit() or part.size == "0"):
         raise ConfigError(f"ERROR: The size of the partition PART {part.mount} is not a valid number")
+    if part.fs == "esp":  # functions.sh validate_vars, "count ESP"
+        if part.mount != "/boot/efi":
+            raise ConfigError("ERROR: EFI System Partition (ESP) must be mounted at /boot/efi")
+        if part.size == "all":
+            raise ConfigError("ERROR: EFI System Partition MUST NOT be all remaining disk space")
+        if int(part.size) < 256:
+            raise ConfigError(f"ERROR: EFI System Partition (ESP) has to be at least 256M (current size: {part.size})")
     if part.mount == "/boot" and part.size != "all" and int(part.size) < 200:
         raise ConfigError(f"ERROR: Your /boot partition has to be at least 200M (current size: {part.size})")
     if part.mount == "/" and part.size != "all" and int(part.size) < 1500:
@@ -216,6 +227,8 @@ def _validate_parts(cfg: Config) -> None:
         raise ConfigError("ERROR: The config has no partitions")
     for i, part in enumerate(cfg.parts, start=1):
         _check_part(i, part, last=i == len(cfg.parts))
+    if EFI_DIR.is_dir() and sum(1 for p in cfg.parts if p.fs == "esp") != 1:
+        raise ConfigError("ERROR: ESP missing or multiple ESP found")
     mounts = [p.mount for p in cfg.parts if p.mount not in ("lvm", "swap", "none")]
     mounts += [lv[2] for lv in cfg.lvs if len(lv) > 2 and lv[2] != "none"]
     dupes = sorted({m for m in mounts if mounts.count(m) > 1})

@@ -79,6 +79,15 @@ mount -o remount,bind,rw "$R/proc/sys/net"
 mount --bind "$SIM_BOOT/boot_id" "$R/proc/sys/kernel/random/boot_id"
 if [ -e "$R/proc/sysrq-trigger" ]; then mount --bind /dev/null "$R/proc/sysrq-trigger"; fi
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
+if [ "$SIM_MODE" = rescue ]; then
+  # The rescue system's firmware is the simulated server's, not the test machine's: installimage decides
+  # BIOS or UEFI by /sys/firmware/efi alone, so show that directory exactly when the knob says UEFI.
+  mount -t tmpfs -o mode=0755,nosuid,nodev,noexec,size=64k tmpfs "$R/sys/firmware"
+  if [ "${SIM_UEFI:-0}" = 1 ]; then
+    mkdir -p "$R/sys/firmware/efi/efivars"; echo 64 >"$R/sys/firmware/efi/fw_platform_size"
+  fi
+  mount -o remount,ro,nosuid,nodev,noexec tmpfs "$R/sys/firmware"
+fi
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$R/run"
 mount -t tmpfs -o mode=0755,nosuid,size=16m tmpfs "$R/dev"
 for d in null zero full random urandom tty; do
@@ -146,6 +155,7 @@ class BootPlan:
     base: Path | None = None
     image_layer: Path | None = None
     ro_binds: tuple[tuple[Path, str], ...] = ()  # (test-machine path, guest path), bound read-only
+    uefi: bool = False  # rescue only: the firmware booted it in UEFI mode (/sys/firmware/efi)
 
 
 def write_binds(plan: BootPlan) -> None:
@@ -178,6 +188,7 @@ def launch(plan: BootPlan, inner: Path) -> subprocess.Popen[bytes]:
         "SIM_HW": str(plan.hw_dir),
         "SIM_MODE": plan.mode.value,
         "SIM_DROP_CAPS": " ".join(DROPPED_CAPS),
+        "SIM_UEFI": "1" if plan.uefi else "0",
     }
     if plan.disk_dir is not None and plan.base is not None and plan.image_layer is not None:
         env |= {

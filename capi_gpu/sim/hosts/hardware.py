@@ -68,6 +68,9 @@ class Hardware:
     installimage_seconds: float = 1.0
     wipefs_seconds: float = 0.0  # how long `wipefs -a` takes (a crash test's window inside the Wipe step)
     kubeadm_writes_sentinel: bool = True
+    # The firmware boots the rescue system in UEFI mode: /sys/firmware/efi exists there, which is what
+    # installimage reads to demand an EFI System Partition (functions.sh: UEFI=1, "ESP missing").
+    uefi: bool = False
     cpu_model: str = CPU_MODEL
     cpu_cores: int = 24
     cpu_threads: int = 48
@@ -125,6 +128,7 @@ class Hardware:
             "installimage_seconds": self.installimage_seconds,
             "wipefs_seconds": self.wipefs_seconds,
             "kubeadm_writes_sentinel": self.kubeadm_writes_sentinel,
+            "uefi": self.uefi,
             **self.extra,
         }
 

@@ -308,6 +308,7 @@ class Host(guest.GuestSide):
                 base=self.base,
                 image_layer=image_layer,
                 ro_binds=hw_binds,
+                uefi=self.hw.uefi,
             )
             running = Running.RESCUE
         else:

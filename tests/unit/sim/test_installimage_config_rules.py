@@ -1,6 +1,7 @@
 """The installimage shim's config checks, in installimage's order and words: drives against the
 server's disks, SWRAID/level consistency, PART mount/fs/size rules with one `all` last, IMAGE suffix
-and architecture, BOOTLOADER, HOSTNAME; sizes with M/G/T suffixes; a good config names the disks used."""
+and architecture, BOOTLOADER, HOSTNAME; sizes with M/G/T suffixes; a good config names the disks used.
+On a UEFI-booted rescue system (``/sys/firmware/efi``) exactly one ESP at /boot/efi of at least 256M."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def _hw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (images / "Ubuntu-2404-noble-amd64-base.tar.gz").write_bytes(b"")
     monkeypatch.setattr(installimage, "HW_PATH", hw)
     monkeypatch.setattr(installimage, "DEBUG", tmp_path / "debug.txt")
+    # BIOS mode unless a test says otherwise, whatever firmware the test machine itself booted with.
+    monkeypatch.setattr(installimage, "EFI_DIR", tmp_path / "no-efi")
     monkeypatch.setenv("IMG", str(images / "Ubuntu-2404-noble-amd64-base.tar.gz"))
 
 
@@ -109,3 +112,25 @@ def test_image_names(name: str, message: str) -> None:
 def test_sizes_and_comments() -> None:
     cfg = installimage.parse("# a comment\nPART /boot ext4 1G  # inline\nPART swap swap 4096\nPART / ext4 all\n")
     assert [(p.mount, p.size) for p in cfg.parts] == [("/boot", "1024"), ("swap", "4096"), ("/", "all")]
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        ("PART /boot ext4 1024M\nPART / ext4 all", "ERROR: ESP missing or multiple ESP found"),
+        (
+            "PART /boot/efi esp 256M\nPART /boot2/efi esp 256M\nPART / ext4 all",
+            "ERROR: EFI System Partition (ESP) must be mounted at /boot/efi",
+        ),
+        ("PART /boot/efi esp 128M\nPART / ext4 all", "ERROR: EFI System Partition (ESP) has to be at least 256M"),
+        ("PART /boot/efi esp all", "ERROR: EFI System Partition MUST NOT be all remaining disk space"),
+    ],
+)
+def test_uefi_needs_exactly_one_esp(parts: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "efi").mkdir()
+    monkeypatch.setattr(installimage, "EFI_DIR", tmp_path / "efi")
+    with pytest.raises(installimage.ConfigError) as err:
+        installimage.validate(installimage.parse(config(image(), PARTS=parts)))
+    assert message in str(err.value)
+    good = "PART /boot/efi esp 256M\nPART /boot ext4 1024M\nPART / ext4 all"
+    assert installimage.validate(installimage.parse(config(image(), PARTS=good))) == ["nvme0n1", "nvme1n1"]
