@@ -12,6 +12,9 @@ All or nothing per pod: a pod counts only when every device request of its unall
 that also needs a device the scaler cannot reason about is ignored with the reason: a GPU node alone
 might not make it schedulable. Within a claim, each request (and each device of a ``count``) is planned
 as one device; that several of them must share a node is not modelled (the packing planner's limit).
+
+Next to cluster-autoscaler (``ca_verdicts.PodPolicy.CA_DECLINED``), a GPU pod also needs CA's
+``NotTriggerScaleUp`` on it to count: what CA scales for, or has not answered for yet, is CA's.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from capi_gpu.autoscaler import selectors
+from capi_gpu.autoscaler import ca_verdicts, selectors
 from capi_gpu.autoscaler.selectors import Kind, NotOurs
 from capi_gpu.gpu import packing
 from capi_gpu.gpu.packing import Request
@@ -42,6 +45,7 @@ class Demand:
     requests: tuple[Request, ...]  # merged: one entry per distinct alternatives list
     pods: tuple[str, ...]  # the pods that make it up
     ignored: tuple[Ignored, ...]
+    left_to_ca: tuple[Ignored, ...] = ()  # GPU pods cluster-autoscaler serves or has not answered for yet
 
     def summary(self) -> str:
         return ", ".join(f"{r.count}x {'|'.join(r.alternatives)}" for r in self.requests) or "nothing"
@@ -157,12 +161,15 @@ def pending_demand(
     classes: Mapping[str, Mapping[str, Any]],
     now: datetime.datetime,
     grace: datetime.timedelta = DEFAULT_GRACE,
+    ca_said: Mapping[Key, ca_verdicts.Said] | None = None,
 ) -> Demand:
-    """The GPU demand of the unschedulable pods, with the pods ignored and why."""
+    """The GPU demand of the unschedulable pods, with the pods ignored and why. With ``ca_said`` (CA's
+    verdicts, ``PodPolicy.CA_DECLINED``) a GPU pod counts only when cluster-autoscaler declined it."""
     merged: Counter[tuple[str, ...]] = Counter()
     counted: set[Key] = set()
     waiting: list[str] = []
     ignored: list[Ignored] = []
+    left: list[Ignored] = []
     for pod in sorted(pods, key=_pod_key):
         if not unschedulable(pod, now, grace):
             continue
@@ -172,6 +179,10 @@ def pending_demand(
         except NotOurs as exc:
             ignored.append(Ignored(name, str(exc)))
             continue
+        why = ca_verdicts.left_to_ca(pod, ca_said) if ca_said is not None else None
+        if why is not None and any(reqs for _, reqs in found):
+            left.append(Ignored(name, why))
+            continue
         fresh = [(key, reqs) for key, reqs in found if reqs and key not in counted]
         for key, reqs in fresh:
             counted.add(key)
@@ -180,7 +191,7 @@ def pending_demand(
         if fresh:
             waiting.append(name)
     requests = tuple(Request(alts, n) for alts, n in sorted(merged.items()))
-    return Demand(requests, tuple(waiting), tuple(ignored))
+    return Demand(requests, tuple(waiting), tuple(ignored), tuple(left))
 
 
 def index(objs: Iterable[Mapping[str, Any]]) -> dict[Key, Mapping[str, Any]]:

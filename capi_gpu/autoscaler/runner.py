@@ -7,20 +7,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from capi_gpu.autoscaler.ca_verdicts import PodPolicy
 from capi_gpu.autoscaler.scaler import ClaimScaler
 from capi_gpu.controllers import workload
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import AsyncKube
 
 WORKERS = 2  # a pass makes two list calls on the workload cluster, one after the other
-WATCHES = 3  # pods, claims, slices
+WATCHES = 3  # pods, claims, slices (and CA's Events with --claim-scaler-pods ca-declined)
 
 
 async def run(deps: Deps, namespace: str, cluster: str, stopped: Any) -> None:
-    async def scaler(client: AsyncKube) -> None:
-        await ClaimScaler(deps, namespace, cluster, client).run(stopped)
+    policy = deps.settings.claim_scaler_pods
 
-    await workload.supervise(deps, namespace, cluster, "claim scaler", scaler, stopped, WORKERS, WATCHES)
+    async def scaler(client: AsyncKube) -> None:
+        await ClaimScaler(deps, namespace, cluster, client, pods=policy).run(stopped)
+
+    watches = WATCHES + (policy is PodPolicy.CA_DECLINED)
+    await workload.supervise(deps, namespace, cluster, "claim scaler", scaler, stopped, WORKERS, watches)
 
 
 async def run_for(deps: Deps, namespace: str, infra_cluster: str, stopped: Any) -> None:

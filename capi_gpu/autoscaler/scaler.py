@@ -8,6 +8,10 @@ discovery labels, see docs/autoscaling.md), and it only ever raises. Each pass r
 (nothing is remembered between passes but which messages were already said), so a restart, a human edit
 or a CA scale-up is simply seen next time.
 
+Next to CA in the same cluster (``pods=PodPolicy.CA_DECLINED``, ``--claim-scaler-pods ca-declined``) it
+also watches CA's Events on pods and takes only the pods CA declined (``ca_verdicts``): the two scalers
+then never add nodes for the same claim, however close together they decide.
+
 Passes are event-driven with a debounce: a burst of pod and claim changes (a Job of 20 pods) becomes one
 pass once the cluster has been quiet for ``debounce`` seconds; a resync every ``resync`` seconds covers
 the pending grace and management-side changes (replicas, Machines getting nodes). The replicas patch
@@ -26,13 +30,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from capi_gpu import domain
-from capi_gpu.autoscaler import decide, demand, nodegroup, supply
+from capi_gpu.autoscaler import ca_verdicts, decide, demand, nodegroup, supply
 from capi_gpu.controllers import events
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import (
     CAPI_MACHINEDEPLOYMENTS,
     CAPI_MACHINES,
     DEVICECLASSES,
+    EVENTS,
     PODS,
     RESOURCECLAIMS,
     RESOURCECLAIMTEMPLATES,
@@ -62,12 +67,15 @@ class ClaimScaler:
         resync: float = 30.0,
         grace: datetime.timedelta = demand.DEFAULT_GRACE,
         emit: Emit = events.emit,
+        pods: ca_verdicts.PodPolicy = ca_verdicts.PodPolicy.ALL,
     ) -> None:
         self.deps, self.namespace, self.cluster, self.wl = deps, namespace, cluster, workload
         self.debounce, self.resync, self.grace, self.emit = debounce, resync, grace, emit
+        self.policy = pods
         self.pods: dict[demand.Key, Obj] = {}
         self.claims: dict[demand.Key, Obj] = {}
         self.slices: dict[str, Obj] = {}
+        self.ca_events: dict[demand.Key, Obj] = {}  # CA's Events on pods (PodPolicy.CA_DECLINED only)
         self._synced: set[str] = set()
         self._listing: dict[str, set[Any]] = {}
         self._said: dict[str, str] = {}  # what was last logged or posted, per subject: say things once
@@ -80,6 +88,11 @@ class ClaimScaler:
             Informer(self.wl.sync, res, kind, emit).start()
             for res, kind in ((PODS, "pod"), (RESOURCECLAIMS, "claim"), (RESOURCESLICES, "slice"))
         ]
+        if self.policy is ca_verdicts.PodPolicy.CA_DECLINED:
+            # CA's verdict comes after the pod turned Unschedulable: its Event must wake a pass too.
+            informers.append(
+                Informer(self.wl.sync, EVENTS, "event", emit, field_selector=ca_verdicts.FIELD_SELECTOR).start()
+            )
         try:
             while not stopped:
                 with contextlib.suppress(TimeoutError):
@@ -104,7 +117,12 @@ class ClaimScaler:
                 return
 
     def _apply(self, ch: Change) -> None:
-        stores: dict[str, dict[Any, Obj]] = {"pod": self.pods, "claim": self.claims, "slice": self.slices}
+        stores: dict[str, dict[Any, Obj]] = {
+            "pod": self.pods,
+            "claim": self.claims,
+            "slice": self.slices,
+            "event": self.ca_events,
+        }
         store = stores[ch.kind]
         listed = self._listing.setdefault(ch.kind, set())
         if ch.type == "SYNCED":  # a (re)list ended: what it did not return is gone
@@ -139,9 +157,16 @@ class ClaimScaler:
         groups = await self._groups(mds)
         classes = {str(c["metadata"]["name"]): c for c in await self.wl.list(DEVICECLASSES)}
         templates = demand.index(await self.wl.list(RESOURCECLAIMTEMPLATES))
-        want = demand.pending_demand(self.pods.values(), self.claims, templates, classes, now, self.grace)
+        said = None
+        if self.policy is ca_verdicts.PodPolicy.CA_DECLINED:
+            said = ca_verdicts.verdicts(self.ca_events.values())
+        want = demand.pending_demand(self.pods.values(), self.claims, templates, classes, now, self.grace, said)
         for ignored in want.ignored:
             self._say(f"pod/{ignored.pod}", f"pod {ignored.pod} ignored: {ignored.reason}")
+        for left in want.left_to_ca:
+            self._say(
+                f"pod/{left.pod}", f"claim scaler {self.namespace}/{self.cluster}: pod {left.pod} left: {left.reason}"
+            )
         if not want.requests:
             return None
         free = supply.free_devices(self.slices.values(), self.claims.values())

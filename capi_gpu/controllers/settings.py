@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from capi_gpu.autoscaler.ca_verdicts import PodPolicy
 from capi_gpu.provisioning.model import Timing
 
 
@@ -44,6 +45,8 @@ class Settings(BaseModel):
     """Run the node/machine/claim readiness gate."""
     claim_scaler: bool = False
     """Run the claim-aware scaler for MachineDeployments it owns."""
+    claim_scaler_pods: PodPolicy = PodPolicy.ALL
+    """Which pending pods the claim scaler takes: all, or (next to cluster-autoscaler) only those CA declined."""
     template_sync_annotations: bool = False
     """Keep cluster-autoscaler capacity annotations on MachineDeployments in sync with templates."""
     addons: bool = True

@@ -32,10 +32,16 @@ class Change:
 
 class Informer:
     def __init__(
-        self, kube: Kube, res: Res, kind: str, emit: Callable[[Change], None], label_selector: str | None = None
+        self,
+        kube: Kube,
+        res: Res,
+        kind: str,
+        emit: Callable[[Change], None],
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> None:
         self.kube, self.res, self.kind, self.emit = kube, res, kind, emit
-        self.label_selector = label_selector
+        self.label_selector, self.field_selector = label_selector, field_selector
         self._stop = threading.Event()
         self._known: dict[tuple[str, str], Obj] = {}  # the last state of every object reported, for relists
         self._thread = threading.Thread(target=self._run, name=f"informer-{kind}", daemon=True)
@@ -48,7 +54,9 @@ class Informer:
         self._stop.set()
 
     def _list(self) -> str:
-        page = self.kube._call("GET", self.res.path(), query={"labelSelector": self.label_selector})
+        page = self.kube._call(
+            "GET", self.res.path(), query={"labelSelector": self.label_selector, "fieldSelector": self.field_selector}
+        )
         listed: dict[tuple[str, str], Obj] = {}
         for obj in page.get("items", []):
             listed[_key(obj)] = obj
@@ -73,6 +81,7 @@ class Informer:
                     self.res,
                     resource_version=rv,
                     label_selector=self.label_selector,
+                    field_selector=self.field_selector,
                     timeout_seconds=120,
                     stop=self._stop,
                 ):
