@@ -86,12 +86,16 @@ def bounds(md: Mapping[str, Any]) -> Bounds | None:
 
 def owner(md: Mapping[str, Any]) -> ScaleOwner | None:
     """The owner annotation; cluster-autoscaler when absent. None for a value this version doesn't know
-    (nobody here acts on it: an unknown owner is never taken for ours)."""
-    value = annotations_of(md).get(domain.ANNOTATION_SCALER_OWNER)
-    if value is None:
-        return ScaleOwner.CLUSTER_AUTOSCALER
+    (nobody here acts on it: an unknown owner is never taken for ours), and None when the owner *label*
+    says otherwise: the label is what cluster-autoscaler's discovery filter reads (docs/autoscaling.md
+    §2), so a group annotated claim-scaler but labelled cluster-autoscaler is one CA manages, and the
+    claim scaler must never raise it."""
+    value = (annotations_of(md).get(domain.ANNOTATION_SCALER_OWNER) or ScaleOwner.CLUSTER_AUTOSCALER).strip()
+    label = labels_of(md).get(domain.LABEL_SCALER_OWNER)
+    if label is not None and label.strip() != value:
+        return None
     try:
-        return ScaleOwner(value.strip())
+        return ScaleOwner(value)
     except ValueError:
         return None
 

@@ -2,7 +2,7 @@
 the shipped 2g.48gb claim template and no GPU node raises the claim-scaler MachineDeployment 0->1 with a
 ClaimScaleUp Event (through the production runner and `<cluster>-kubeconfig`), leaves the cluster-autoscaler
 one alone, does not add again while the new replica is coming, and stops at max with a ClaimScaleBlocked
-warning; `capi-gpu autoscaler annotate` and the annotation sync write the CA annotations."""
+warning; next to cluster-autoscaler (ca-declined) it takes only the pod CA's Event declined, woken by that Event; `capi-gpu autoscaler annotate` and the annotation sync write the CA annotations."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from kopf._core.engines import posting  # the contextvars kopf sets around handl
 
 from capi_gpu import cli, domain
 from capi_gpu.autoscaler import runner, sync
+from capi_gpu.autoscaler.ca_verdicts import PodPolicy
 from capi_gpu.autoscaler.scaler import ClaimScaler
 from capi_gpu.controllers.deps import Deps, RobotClients
 from capi_gpu.controllers.settings import Settings
@@ -28,6 +29,7 @@ from capi_gpu.kube import (
     CAPI_CLUSTERS,
     CAPI_MACHINEDEPLOYMENTS,
     DEVICECLASSES,
+    EVENTS,
     PODS,
     RESOURCECLAIMTEMPLATES,
     RESOURCESLICES,
@@ -301,3 +303,61 @@ async def test_annotation_sync_follows_the_template(kube: Kube, world: str, deps
         await sync.reconcile(deps, ns, "gpu")
     reasons = [e.reason for e in drained(events)]
     assert reasons == ["AutoscalerAnnotationsSynced"] * 4  # two MachineDeployments, two changes; then none
+
+
+def ca_event(kube: Kube, namespace: str, pod: str, reason: str) -> None:
+    """An Event as cluster-autoscaler's recorder posts it on a pod (core/v1, source component)."""
+    obj = kube.get(PODS, pod, namespace)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod}.{reason.lower()}"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": namespace,
+            "name": pod,
+            "uid": obj["metadata"]["uid"],
+        },
+        "reason": reason,
+        "message": "pod didn't trigger scale-up:" if reason == "NotTriggerScaleUp" else "pod triggered scale-up",
+        "source": {"component": "cluster-autoscaler"},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "type": "Normal",
+    }
+    kube.create(EVENTS, event, namespace)
+
+
+async def test_next_to_cluster_autoscaler_only_pods_it_declined_count(kube: Kube, world: str, deps: Deps) -> None:
+    """--claim-scaler-pods ca-declined: nothing before CA answers, nothing for the pod CA scales for, and CA's
+    NotTriggerScaleUp wakes a pass at once (the resync is a minute; the Event watch, not a poll)."""
+    ns = world
+    for name in ("p-ca", "p-declined"):
+        gpu_pod(kube, ns, name)
+        await until(f"{name} unschedulable", lambda name=name: unschedulable(kube, ns, name))
+    workload = AsyncKube(kube, workers=2)
+    with kopf_context() as events:
+        scaler = ClaimScaler(deps, ns, "c1", workload, debounce=0.2, resync=60, pods=PodPolicy.CA_DECLINED)
+        task = asyncio.create_task(scaler.run(Stopped()))
+        try:
+            await asyncio.sleep(3)
+            assert replicas(kube, ns, "gpu-claims") == 0, "raised before cluster-autoscaler answered"
+            ca_event(kube, ns, "p-ca", "TriggeredScaleUp")
+            await asyncio.sleep(3)
+            assert replicas(kube, ns, "gpu-claims") == 0, "raised for a pod cluster-autoscaler scales for"
+            asked = time.monotonic()
+            ca_event(kube, ns, "p-declined", "NotTriggerScaleUp")
+            await until("the replicas patch", lambda: replicas(kube, ns, "gpu-claims") == 1, within=15)
+            took = time.monotonic() - asked
+            await asyncio.sleep(1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert took < 10, f"{took:.1f}s: the Event did not wake a pass"
+    assert replicas(kube, ns, "gpu-ca") == 0
+    posted = [(e.reason, e.message) for e in drained(events)]
+    # Max 1 and one 2g per node: had p-ca counted, the second claim would be reported blocked at max.
+    assert posted == [("ClaimScaleUp", "0->1 for 1x 2g.48gb pending")], posted

@@ -196,6 +196,26 @@ def test_owner_defaults_to_cluster_autoscaler_and_unknown_is_nobodys(
 
 
 @pytest.mark.parametrize(
+    ("annotation", "label", "owner"),
+    [
+        ("claim-scaler", "claim-scaler", ScaleOwner.CLAIM_SCALER),
+        ("claim-scaler", None, ScaleOwner.CLAIM_SCALER),
+        ("claim-scaler", "cluster-autoscaler", None),  # CA's discovery filter takes it: never the claim scaler's
+        (None, "claim-scaler", None),  # the annotation's default (CA) and the label disagree
+        (None, "cluster-autoscaler", ScaleOwner.CLUSTER_AUTOSCALER),
+        ("cluster-autoscaler", "cluster-autoscaler", ScaleOwner.CLUSTER_AUTOSCALER),
+    ],
+)
+def test_owner_label_must_agree_with_the_annotation(
+    annotation: str | None, label: str | None, owner: ScaleOwner | None
+) -> None:
+    md = machinedeployment({domain.ANNOTATION_SCALER_OWNER: annotation} if annotation else None)
+    if label is not None:
+        md["metadata"].setdefault("labels", {})[domain.LABEL_SCALER_OWNER] = label
+    assert nodegroup.owner(md) is owner
+
+
+@pytest.mark.parametrize(
     ("value", "cost"), [(None, None), ("2.3995", 2.3995), ("-1", None), ("nan", None), ("€", None)]
 )
 def test_cost_annotation(value: str | None, cost: float | None) -> None:
