@@ -1,10 +1,11 @@
 # syntax=docker/dockerfile:1
 # capi-gpu operator image: `capi-gpu run` (and `capi-gpu gate-plugin serve` for the DaemonSet).
 #
-# Two stages: the builder turns the project and its pinned dependencies into wheels; the runtime
-# installs only those wheels into a venv (no compiler, no pip cache, no source tree) and adds what
-# ansible-runner shells out to: ssh and ssh-agent from openssh-client. ansible-core comes in as a
-# project dependency, at the range pyproject.toml pins.
+# Three stages: the builder turns the project and its pinned dependencies into wheels; the helm stage
+# fetches the pinned helm release and checks its checksum; the runtime installs only those wheels into a
+# venv (no compiler, no pip cache, no source tree) and adds what the playbook runs shell out to: ssh and
+# ssh-agent from openssh-client for ansible-runner, helm for the add-ons playbook's kubernetes.core.helm.
+# ansible-core comes in as a project dependency, at the range pyproject.toml pins.
 #
 # Reproducible: the base is pinned by digest (the multi-arch index of python:3.11-slim-bookworm, Python
 # 3.11.16, as docker-library/repo-info lists it in repos/python/remote/3.11-slim-bookworm.md at commit
@@ -30,6 +31,28 @@ RUN pip wheel --wheel-dir /wheels --require-hashes --no-deps -r requirements.loc
     && pip wheel --wheel-dir /wheels --no-deps --no-build-isolation . \
     && cp requirements.lock /wheels/
 
+# helm v3 for the add-ons playbook (kubernetes.core.helm drives it; `capi-gpu run --helm` defaults to the
+# one on PATH): the release archive of the version hack/versions.env pins (HELM_VERSION; the tests build the
+# same version from its Go module), refused unless its sha256 is the one get.helm.sh publishes for the
+# build's architecture. The checksums are written here, not fetched next to the archive: a checksum from
+# the same host would prove only transit integrity.
+FROM ${PYTHON_IMAGE} AS helm
+ARG TARGETARCH=amd64
+ARG HELM_VERSION=v3.22.0
+ARG HELM_SHA256_AMD64=1e4ab49e429626cf6c6958d914248b78c9730803c2751b87627e171dc800e7bb
+ARG HELM_SHA256_ARM64=f14e804dfee240f55525b667488fe9adca349e63e00c9af634c0beb1421ac310
+RUN case "${TARGETARCH}" in \
+        amd64) sha="${HELM_SHA256_AMD64}" ;; \
+        arm64) sha="${HELM_SHA256_ARM64}" ;; \
+        *) echo "no pinned helm checksum for ${TARGETARCH}" >&2; exit 1 ;; \
+    esac \
+    && python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+        "https://get.helm.sh/helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz" /tmp/helm.tar.gz \
+    && echo "${sha}  /tmp/helm.tar.gz" | sha256sum -c - \
+    && tar -xzf /tmp/helm.tar.gz -C /tmp "linux-${TARGETARCH}/helm" \
+    && install -m 0755 "/tmp/linux-${TARGETARCH}/helm" /usr/local/bin/helm \
+    && helm version --short | grep -q "^${HELM_VERSION}+"
+
 FROM ${PYTHON_IMAGE} AS runtime
 # openssh-client: ssh for every Ansible task, ssh-agent/ssh-add for ansible-runner's in-memory key.
 # Versions follow the bookworm point release of the base image.
@@ -47,6 +70,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels --no-deps -r /wheels/requirements.lock \
     && /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels --no-deps capi-gpu \
     && /opt/capi-gpu/bin/pip check
+COPY --from=helm /usr/local/bin/helm /usr/local/bin/helm
 COPY playbooks/ /opt/capi-gpu/lib/python3.11/site-packages/playbooks/
 # The add-ons playbook (playbooks/addons.yml) reads the chart values and DRA manifests from ../config.
 COPY config/dra/ /opt/capi-gpu/lib/python3.11/site-packages/config/dra/

@@ -1,7 +1,9 @@
-"""The Dockerfile, read structurally (no docker engine here, and no hadolint): a builder and a runtime stage
-on the pinned Python, wheels built then installed, openssh-client in the runtime, playbooks/ copied to where
-``default_playbook_dir()`` resolves for the installed package, a non-root USER, `capi-gpu run` as the
-entrypoint, and COPY sources that exist and that .dockerignore lets through."""
+"""The Dockerfile, read structurally (no docker engine here, and no hadolint): builder, helm and runtime stages
+on the pinned Python, wheels built then installed, openssh-client in the runtime, helm at the version
+hack/versions.env pins and checked against a written-down sha256 per architecture before it is unpacked, on
+the runtime's PATH, playbooks/ copied to where ``default_playbook_dir()`` resolves for the installed package,
+a non-root USER, `capi-gpu run` as the entrypoint, and COPY sources that exist and that .dockerignore lets
+through."""
 
 from __future__ import annotations
 
@@ -58,13 +60,17 @@ def stages() -> list[Stage]:
     return parse()[1]
 
 
-def test_two_stages_on_the_pinned_python(stages: list[Stage]) -> None:
-    assert [s.name for s in stages] == ["builder", "runtime"]
+def stage(stages: list[Stage], name: str) -> Stage:
+    return next(s for s in stages if s.name == name)
+
+
+def test_three_stages_on_the_pinned_python(stages: list[Stage]) -> None:
+    assert [s.name for s in stages] == ["builder", "helm", "runtime"]
     assert {s.base.partition("@")[0] for s in stages} == {PYTHON_IMAGE}
 
 
 def test_builder_makes_wheels_and_runtime_installs_only_those(stages: list[Stage]) -> None:
-    builder, runtime = stages
+    builder, runtime = stage(stages, "builder"), stage(stages, "runtime")
     assert any("pip wheel" in r and "/wheels" in r for r in builder.args("RUN"))
     install = [r for r in runtime.args("RUN") if "pip install" in r]
     assert len(install) == 1
@@ -75,7 +81,7 @@ def test_builder_makes_wheels_and_runtime_installs_only_those(stages: list[Stage
 
 
 def test_runtime_has_ssh_and_ssh_agent(stages: list[Stage]) -> None:
-    runtime = stages[1]
+    runtime = stage(stages, "runtime")
     apt = " ".join(r for r in runtime.args("RUN") if "apt-get" in r)
     assert "openssh-client" in apt  # ssh for every task, ssh-agent/ssh-add for ansible-runner's key
     assert "--no-install-recommends" in apt
@@ -92,7 +98,7 @@ def _venv(runtime: Stage) -> PurePosixPath:
 
 
 def test_playbooks_land_where_the_installed_package_looks(stages: list[Stage], monkeypatch: pytest.MonkeyPatch) -> None:
-    runtime = stages[1]
+    runtime = stage(stages, "runtime")
     python = re.match(r"python:(\d+\.\d+)", runtime.base)
     assert python
     installed = _venv(runtime) / "lib" / f"python{python.group(1)}" / "site-packages"
@@ -103,7 +109,7 @@ def test_playbooks_land_where_the_installed_package_looks(stages: list[Stage], m
 
 
 def test_runs_as_a_named_non_root_user(stages: list[Stage]) -> None:
-    runtime = stages[1]
+    runtime = stage(stages, "runtime")
     (user,) = runtime.args("USER")
     uid = user.split(":")[0]
     assert uid not in ("0", "root")
@@ -115,9 +121,37 @@ def test_runs_as_a_named_non_root_user(stages: list[Stage]) -> None:
 
 
 def test_entrypoint_is_capi_gpu_run(stages: list[Stage]) -> None:
-    runtime = stages[1]
+    runtime = stage(stages, "runtime")
     assert [json.loads(e) for e in runtime.args("ENTRYPOINT")] == [["capi-gpu"]]
     assert [json.loads(c) for c in runtime.args("CMD")] == [["run"]]
+
+
+def _versions_env() -> dict[str, str]:
+    lines = (h.REPO / "hack" / "versions.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+def test_helm_is_the_pinned_release_checked_against_its_sha256(stages: list[Stage]) -> None:
+    helm = stage(stages, "helm")
+    args = dict(a.split("=", 1) for a in helm.args("ARG") if "=" in a)
+    assert args["HELM_VERSION"] == _versions_env()["HELM_VERSION"], "the image's helm is the version the tests run"
+    for arch in ("AMD64", "ARM64"):
+        assert re.fullmatch(r"[0-9a-f]{64}", args[f"HELM_SHA256_{arch}"]), f"no sha256 written down for {arch}"
+    (run,) = helm.args("RUN")
+    assert "https://get.helm.sh/helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz" in run
+    # Checked before it is unpacked, and an architecture without a written checksum fails the build.
+    assert run.index("sha256sum -c") < run.index("tar -x")
+    assert re.search(r"\*\)[^)]*exit 1 ;;", run)
+    assert "helm version" in run and "${HELM_VERSION}" in run.split("helm version", 1)[1]
+
+
+def test_runtime_has_helm_on_its_path(stages: list[Stage]) -> None:
+    runtime = stage(stages, "runtime")
+    copies = [c.split() for c in runtime.args("COPY") if c.startswith("--from=helm")]
+    assert copies == [["--from=helm", "/usr/local/bin/helm", "/usr/local/bin/helm"]]
+    env = " ".join(runtime.args("ENV"))
+    path = re.search(r"PATH=(\S+)", env)
+    assert path and "/usr/local/bin" in path.group(1).split(":")  # `capi-gpu run --helm` defaults to "helm"
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
