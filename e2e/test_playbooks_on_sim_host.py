@@ -2,11 +2,13 @@
 host key, the local stand-in apt repository): every role runs; layout {1g.24gb: 2, 2g.48gb: 1} leaves exactly
 those instances in the GPU shim; a second run changes nothing; a reboot re-creates the instances from the
 boot unit before kubelet starts; a reset that cannot apply MIG mode asks for one reboot; a failed task is
-reported with its role and task; a host whose key is not the pinned one is refused; MIG can be turned off
-again (the whole GPU)."""
+reported with its role and task; a host whose key is not the pinned one is refused; a .deb fetched by URL
+with a wrong pinned checksum stops the play before anything is installed, with the right one it is used;
+MIG can be turned off again (the whole GPU)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -236,6 +238,20 @@ async def test_a_failed_task_names_its_role_and_task_a_foreign_key_is_refused_an
     assert refused.status is ansible_events.RunStatus.HOST_KEY_MISMATCH
     assert refused.changed == 0
 
+    # A .deb fetched by URL with the wrong pinned checksum: the play stops in its first step, before any role
+    # has installed a package (the fresh image still has no driver).
+    deb = world.repo.guest_deb("nvidia-mig-manager")
+    sha256 = hashlib.sha256((world.repo.repo_dir / deb.removeprefix(aptrepo.GUEST_DIR + "/")).read_bytes()).hexdigest()
+    by_url = {"mig_manager_deb": f"file://{deb}", "mig_manager_deb_sha256": sha256}
+    tampered = site_vars(world.repo).model_copy(update={**by_url, "mig_manager_deb_sha256": "0" * 64})
+    stopped = await node.runner.prepare_node(node.target, tampered)
+    assert stopped.status is ansible_events.RunStatus.FAILED and stopped.failed is not None
+    assert (stopped.failed.role, stopped.failed.task) == (
+        "mig_layout",
+        "Download nvidia-mig-manager and check its checksum",
+    )
+    assert node.sh("dpkg-query", "-W", "nvidia-driver-580-open", ok=False) == "", "installed before the check"
+
     model = catalog.builtin_catalog().model("rtx-pro-6000")
     rendered = playbook_vars.MigLayoutVars.render(model, LAYOUT)
     wrong = rendered.model_copy(update={"expected_profiles": {"1g.24gb": 4}})
@@ -246,7 +262,8 @@ async def test_a_failed_task_names_its_role_and_task_a_foreign_key_is_refused_an
     assert "1g.24gb: 2" in result.failed.message and "want 4" in result.failed.message
 
     whole_gpu = playbook_vars.MigLayoutVars.render(model, None)
-    off = await node.runner.prepare_node(node.target, site_vars(world.repo, whole_gpu))
+    # The same .deb by URL with its right checksum is downloaded and used.
+    off = await node.runner.prepare_node(node.target, site_vars(world.repo, whole_gpu).model_copy(update=by_url))
     assert off.status is ansible_events.RunStatus.SUCCEEDED, off.failed
     assert node.mig_devices() == Counter()
     mode = node.sh("nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader")

@@ -90,7 +90,22 @@ def test_every_network_source_pins_its_key_and_a_downloaded_deb_its_checksum() -
     assert len(repos) == 4
     for key, repo in repos:
         assert re.fullmatch(r"[0-9A-F]{40}", repo.get("key_fingerprint", "")), key
-    tasks = (ROLES / "mig_layout" / "tasks" / "main.yml").read_text()
+    tasks = (ROLES / "mig_layout" / "tasks" / "downloads.yml").read_text()
     assert 'checksum: "sha256:{{ mig_layout_manager_deb_sha256 }}"' in tasks
     fetches = [t for t in yaml.safe_load(tasks) if "ansible.builtin.get_url" in t]
-    assert all("checksum" in t["ansible.builtin.get_url"] for t in fetches)
+    assert fetches and all("checksum" in t["ansible.builtin.get_url"] for t in fetches)
+
+
+def test_every_fetch_by_url_runs_before_the_first_role_installs_anything() -> None:
+    play = yaml.safe_load((ROLES.parent / "site.yml").read_text())[0]
+    first = [
+        (t["ansible.builtin.include_role"]["name"], t["ansible.builtin.include_role"]["tasks_from"])
+        for t in play["pre_tasks"]
+    ]
+    fetching = {
+        p.parent.parent.name
+        for p in ROLES.glob("*/tasks/*.yml")
+        if "get_url" in p.read_text() or "tasks_from: key.yml" in p.read_text()
+    }
+    fetching -= {"apt_source"}  # the helper: its key.yml is what the others' downloads.yml run
+    assert sorted(first) == sorted((role, "downloads.yml") for role in fetching)
