@@ -21,12 +21,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from ca_kit import REPLICASETS, all_bound, ca_sees_ready, owner_labelled, pods, replicas, set_group_size, set_owner
+from ca_kit import all_bound, ca_sees_ready, owner_labelled, pods, replicas, set_group_size, set_owner, submit
 from flow_kit import MD_NAME, ns, provisioned, robot_refusals, wait, where
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, EVENTS, NODES, RESOURCECLAIMTEMPLATES, ours
-from capi_gpu.sim import devflow
 from capi_gpu.sim.cluster_autoscaler import ClusterAutoscaler, Options
 from capi_gpu.sim.world import World
 
@@ -129,17 +128,6 @@ def ca(world: World) -> Iterator[ClusterAutoscaler]:
         print(f"\ncluster-autoscaler log: {autoscaler.log_path}")
 
 
-def workload(name: str, template: str) -> dict[str, Any]:
-    pod = devflow.claim_pod(name, template)
-    labels = {"capi-gpu.e2e/ca-workload": name}
-    spec = {
-        "replicas": 1,
-        "selector": {"matchLabels": labels},
-        "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
-    }
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name, "labels": labels}, "spec": spec}
-
-
 def group_of_node(world: World, node: str) -> str | None:
     for m in world.k.list(CAPI_MACHINES, ns(world)):
         if ((m.get("status") or {}).get("nodeRef") or {}).get("name") == node:
@@ -174,8 +162,8 @@ def test_each_claim_gets_one_node_from_the_scaler_that_can_serve_it(world: World
     wait(world, "dev-gpu at zero, its node gone", lambda: not world.k.list(NODES), 180)
     assert sizes(world) == {MD_NAME: 0, CS_MIG: 0, CS_WHOLE: 0}
     started = time.monotonic()
-    for name, template in (("mig", "mig-1g-24gb"), ("whole", WHOLE_TEMPLATE)):
-        world.k.create(REPLICASETS, workload(name, template), ns(world))
+    submit(world, ["mig"], "mig-1g-24gb")
+    submit(world, ["whole"], WHOLE_TEMPLATE)
     bound = wait(world, "both pods bound through the gate", lambda: all_bound(world, ["mig", "whole"]), TIMEOUT_S)
     took = time.monotonic() - started
     served = {rs: group_of_node(world, node) for rs, node in bound.items()}
