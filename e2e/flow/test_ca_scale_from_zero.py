@@ -1,13 +1,16 @@
 """Scale-from-zero with both scalers running at once: the real cluster-autoscaler 1.36.1 and the claim-aware scaler
 (``--claim-scaler-pods ca-declined``), on disjoint MachineDeployments, never add two nodes for one claim.
 
-The world: ``dev-gpu`` (all-1g.24gb) is CA's (min 0, owner label in CA's discovery filter); ``dev-cs-mig``
-(all-1g.24gb) and ``dev-cs-whole`` (MIG off) are the claim scaler's (min 0, max 1). CA sees one ``dev-gpu`` node
+The world: ``dev-gpu`` (all-1g.24gb) and ``dev-ca-whole`` (MIG off, annotated for scale from zero as
+``capi-gpu autoscaler annotate`` writes it: ``dra-driver: gpu.nvidia.com``, ``gpu-count: 1``) are CA's (min 0,
+owner label in CA's discovery filter); ``dev-cs-mig`` (all-1g.24gb) and ``dev-cs-whole`` (MIG off) are the claim
+scaler's (min 0, max 1). CA sees one ``dev-gpu`` node
 for over a minute (it keeps that node as the group's template, its node-info cache), then the group goes to
 zero. A 1g.24gb claim pod and a whole-GPU claim pod are submitted together. What CA 1.36.1 does: it scales
 ``dev-gpu`` 0->1 for the MIG pod from its cached node (TriggeredScaleUp) and declines the whole-GPU pod
-(NotTriggerScaleUp: no group it manages offers a whole GPU; a group at zero never seen with a node would not
-serve a DRA claim at all, kubernetes/autoscaler#10199). The claim scaler leaves the MIG pod to CA, although its
+(NotTriggerScaleUp: its MIG group's node offers no whole GPU, and for ``dev-ca-whole``, at zero and never seen
+with a node, it logs ``cannot allocate all claims``: the synthetic slice has no resourceSliceCount,
+kubernetes/autoscaler#10199, and no gate device). The claim scaler leaves the MIG pod to CA, although its
 own ``dev-cs-mig`` offers 1g.24gb (the double provisioning found before this rule), and raises ``dev-cs-whole``
 0->1 for the pod CA declined. Two claims, two new nodes, each pod bound on the group of the scaler that served it.
 """
@@ -25,12 +28,13 @@ from ca_kit import all_bound, ca_sees_ready, owner_labelled, pods, replicas, set
 from flow_kit import MD_NAME, ns, provisioned, robot_refusals, wait, where
 
 from capi_gpu import domain
+from capi_gpu.autoscaler import annotations, nodegroup
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, EVENTS, NODES, RESOURCECLAIMTEMPLATES, ours
 from capi_gpu.sim.cluster_autoscaler import ClusterAutoscaler, Options
 from capi_gpu.sim.world import World
 
 TEMPLATES = ours("hetznergpumachinetemplates")
-CS_MIG, CS_WHOLE, WHOLE_TEMPLATE = "dev-cs-mig", "dev-cs-whole", "whole-gpu"
+CS_MIG, CS_WHOLE, CA_WHOLE, WHOLE_TEMPLATE = "dev-cs-mig", "dev-cs-whole", "dev-ca-whole", "whole-gpu"
 TIMEOUT_S = 300.0
 STABLE_S = 62.0  # CA copies a node as its group's template once it has been Ready for a minute
 
@@ -48,25 +52,40 @@ def whole_gpu_template() -> dict[str, Any]:
     }
 
 
-def claim_scaler_md(world: World, name: str, template: str) -> None:
-    """A copy of dev-gpu at zero, owned by the claim scaler (min 0, max 1), cloning from ``template``."""
+def scaled_md(world: World, name: str, template: str, owner: str) -> None:
+    """A copy of dev-gpu at zero (min 0, max 1), cloning from ``template``, owned by ``owner`` (annotation and
+    label, the label also on its Machines: CA's discovery filter reads it there too)."""
     md = copy.deepcopy(world.k.get(CAPI_MACHINEDEPLOYMENTS, MD_NAME, ns(world)))
-    owner = {domain.ANNOTATION_SCALER_OWNER: "claim-scaler"}
-    labels = {domain.CAPI_DEPLOYMENT_NAME_LABEL: name, **owner}
+    mark = {domain.ANNOTATION_SCALER_OWNER: owner}
     spec = md["spec"]
     spec["replicas"] = 0
     spec["selector"] = {"matchLabels": {domain.CAPI_DEPLOYMENT_NAME_LABEL: name}}
-    spec["template"]["metadata"] = {"labels": labels}
+    spec["template"]["metadata"] = {"labels": {domain.CAPI_DEPLOYMENT_NAME_LABEL: name, **mark}}
     spec["template"]["spec"]["infrastructureRef"]["name"] = template
-    spec.pop("status", None)
-    ann = {
-        domain.CA_MIN_SIZE_ANNOTATION: "0",
-        domain.CA_MAX_SIZE_ANNOTATION: "1",
-        domain.ANNOTATION_SCALER_OWNER: "claim-scaler",
-    }
-    body = {"apiVersion": md["apiVersion"], "kind": md["kind"], "metadata": {"name": name, "annotations": ann}}
-    body["metadata"]["labels"] = owner
-    world.k.create(CAPI_MACHINEDEPLOYMENTS, {**body, "spec": spec}, ns(world))
+    ann = {domain.CA_MIN_SIZE_ANNOTATION: "0", domain.CA_MAX_SIZE_ANNOTATION: "1", **mark}
+    meta = {"name": name, "annotations": ann, "labels": mark}
+    world.k.create(
+        CAPI_MACHINEDEPLOYMENTS,
+        {"apiVersion": md["apiVersion"], "kind": md["kind"], "metadata": meta, "spec": spec},
+        ns(world),
+    )
+
+
+def ca_annotations(world: World, name: str, template: str) -> dict[str, str]:
+    """What ``capi-gpu autoscaler annotate`` writes for scale from zero (dra-driver gpu.nvidia.com, gpu-count,
+    cpu, memory, labels, the startup taint), once the template controller gave the template its capacity."""
+    tpl = wait(
+        world,
+        f"{template}'s status.capacity",
+        lambda: (t := world.k.get(TEMPLATES, template, ns(world))) and (t.get("status") or {}).get("capacity") and t,
+        120,
+    )
+    md = world.k.get(CAPI_MACHINEDEPLOYMENTS, name, ns(world))
+    patch = annotations.merge_patch(md, annotations.desired(md, nodegroup.node_shape(tpl)))
+    assert patch is not None
+    world.k.patch(CAPI_MACHINEDEPLOYMENTS, name, patch, ns(world))
+    got: dict[str, str] = world.k.get(CAPI_MACHINEDEPLOYMENTS, name, ns(world))["metadata"]["annotations"]
+    return got
 
 
 def whole_gpu_machine_template(world: World) -> None:
@@ -85,10 +104,13 @@ def world(world_factory: Callable[..., World]) -> World:
     set_group_size(w, MD_NAME, 0, 1)
     set_owner(w, MD_NAME, "cluster-autoscaler")
     whole_gpu_machine_template(w)
-    claim_scaler_md(w, CS_MIG, MD_NAME)
-    claim_scaler_md(w, CS_WHOLE, CS_WHOLE)
+    scaled_md(w, CS_MIG, MD_NAME, "claim-scaler")
+    scaled_md(w, CS_WHOLE, CS_WHOLE, "claim-scaler")
+    scaled_md(w, CA_WHOLE, CS_WHOLE, "cluster-autoscaler")
     w.k.create(RESOURCECLAIMTEMPLATES, whole_gpu_template(), ns(w))
     provisioned(w, 1)
+    ann = ca_annotations(w, CA_WHOLE, CS_WHOLE)
+    assert ann[domain.CA_CAPACITY_DRA_DRIVER] == domain.NVIDIA_DRIVER and ann[domain.CA_CAPACITY_GPU_COUNT] == "1"
     wait(w, "the owner label on dev-gpu's Machines", lambda: owner_labelled(w, MD_NAME, "cluster-autoscaler"), 60)
     return w
 
@@ -153,14 +175,14 @@ def first(world: World, reason: str, name: str) -> dt.datetime | None:
 
 
 def sizes(world: World) -> dict[str, int]:
-    return {md: replicas(world, md) for md in (MD_NAME, CS_MIG, CS_WHOLE)}
+    return {md: replicas(world, md) for md in (MD_NAME, CA_WHOLE, CS_MIG, CS_WHOLE)}
 
 
 def test_each_claim_gets_one_node_from_the_scaler_that_can_serve_it(world: World, ca: ClusterAutoscaler) -> None:
     # CA has its copy of the node now; the group goes to zero (as CA itself would after its unneeded time).
     world.scale(0, MD_NAME)
     wait(world, "dev-gpu at zero, its node gone", lambda: not world.k.list(NODES), 180)
-    assert sizes(world) == {MD_NAME: 0, CS_MIG: 0, CS_WHOLE: 0}
+    assert sizes(world) == {MD_NAME: 0, CA_WHOLE: 0, CS_MIG: 0, CS_WHOLE: 0}
     started = time.monotonic()
     submit(world, ["mig"], "mig-1g-24gb")
     submit(world, ["whole"], WHOLE_TEMPLATE)
@@ -169,7 +191,7 @@ def test_each_claim_gets_one_node_from_the_scaler_that_can_serve_it(world: World
     served = {rs: group_of_node(world, node) for rs, node in bound.items()}
     assert served == {"mig": MD_NAME, "whole": CS_WHOLE}, (served, where(world))
     time.sleep(10)  # five more CA loops and claim-scaler passes: nothing else is added
-    assert sizes(world) == {MD_NAME: 1, CS_MIG: 0, CS_WHOLE: 1}, "two claims, two new nodes"
+    assert sizes(world) == {MD_NAME: 1, CA_WHOLE: 0, CS_MIG: 0, CS_WHOLE: 1}, "two claims, two new nodes"
     assert len(world.k.list(CAPI_MACHINES, ns(world))) == 2
     mig_pod, whole_pod = (pods(world)[rs]["metadata"]["name"] for rs in ("mig", "whole"))
     assert set(verdicts(world, mig_pod)) == {"TriggeredScaleUp"}, verdicts(world, mig_pod)
@@ -180,6 +202,9 @@ def test_each_claim_gets_one_node_from_the_scaler_that_can_serve_it(world: World
         if e.get("reason") == "ClaimScaleUp"
     ]
     assert scaled == [(CS_WHOLE, "0->1 for 1x gpu pending")], scaled
+    # CA's own whole-GPU group at zero, annotated for it, cannot serve the claim (#10199; and no gate device).
+    refused = [line for line in ca.log().splitlines() if CA_WHOLE in line and "cannot allocate all claims" in line]
+    assert refused, f"no 'cannot allocate all claims' for {CA_WHOLE} in {ca.log_path}"
     logs = world.operator_logs()
     assert f"pod {ns(world)}/{mig_pod} left: cluster-autoscaler scales up for it" in logs
     assert robot_refusals(world) == [], where(world)
