@@ -2,7 +2,8 @@
 (dkms, X libraries, conntrack live only there), the CUDA repository's branch-suffixed names, DKMS builds a
 module only with the running kernel's headers, nvidia-smi and nvidia-persistenced answer only with the module
 loaded, Ubuntu's persistenced unit turns persistence mode off, nouveau holds the GPU until the initramfs that
-loads it is regenerated with a blacklist, the MIG boot unit gates kubelet, and --check predicts without failing.
+loads it is regenerated with a blacklist, the MIG boot unit gates kubelet, --check predicts without failing, and
+a kernel update landing mid-run gets its module and initramfs and a reboot into it.
 Each test here fails on the playbooks from before these rules."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from capi_gpu.provisioning import ansible, ansible_events
+from capi_gpu.sim import host_shims
 from e2e.test_playbooks_on_sim_host import LAYOUT, Node, node_factory, site_vars, world
 
 pytestmark = pytest.mark.e2e
@@ -112,3 +114,21 @@ async def test_kubelet_does_not_start_when_the_layout_cannot_be_applied_at_boot(
             break
         await asyncio.sleep(0.5)
     assert wait_settled(node, "kubelet.service") == "inactive", "kubelet started without the MIG layout"
+
+
+async def test_a_kernel_update_during_the_run_gets_its_module_and_a_reboot_into_it(
+    world: Any, node_factory: Any
+) -> None:
+    following = host_shims.next_kernel(KERNEL)
+    node: Node = node_factory({"kernel_update": following})  # lands after the run's first dpkg call
+    started = time.monotonic()
+    first = await node.runner.prepare_node(node.target, site_vars(world.repo))
+    first_s = time.monotonic() - started
+    assert first.status is ansible_events.RunStatus.REBOOT_NEEDED, first.failed
+    assert first.reboot_reason == "kernel-updated"
+    assert node.sh("readlink", "/boot/vmlinuz").strip() == f"vmlinuz-{following}", "the update did not land"
+    # The kernel the next boot starts has the module, and an initramfs that keeps nouveau off.
+    node.sh("test", "-e", f"/lib/modules/{following}/updates/dkms/nvidia.ko.zst")
+    assert "nouveau" in json.loads(node.sh("cat", f"/boot/initrd.img-{following}"))["blacklist"]
+    assert node.sh("dpkg-query", "-W", "kubelet", ok=False) == "", "the play ends at the reboot request"
+    print(f"\nkernel update mid-run: first run {first_s:.1f} s, ends asking for a reboot into {following}")

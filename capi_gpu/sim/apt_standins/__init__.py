@@ -380,6 +380,9 @@ def archive_packages(kernel_release: str) -> list[Package]:
     tools, the running kernel's headers (and the metapackages that follow kernel updates), X libraries, and
     kubelet's conntrack/socat/ethtool."""
     headers = f"linux-headers-{kernel_release}"
+    # The headers of the kernel a simulated update brings mid-run (host_shims.kmod kernel-update): DKMS
+    # builds that kernel's module once they are installed.
+    following = host_shims.next_kernel(kernel_release)
     empty = [
         Package(name, "1.0-1", ARCHIVE, f"{name} (empty stand-in)", _doc(name))
         for name in ("gcc", "make", "libx11-6", "libxext6", "conntrack", "socat", "ethtool")
@@ -408,6 +411,17 @@ def archive_packages(kernel_release: str) -> list[Package]:
             },
             postinst=HEADERS_POSTINST.replace("@KERNEL@", kernel_release),
         ),
+        Package(
+            f"linux-headers-{following}",
+            "1.0-1",
+            ARCHIVE,
+            f"kernel headers for {following} (the simulated kernel update)",
+            {
+                f"/usr/src/linux-headers-{following}/Makefile": _unit("# stand-in kernel headers\n"),
+                f"/lib/modules/{following}/build": _link(f"/usr/src/linux-headers-{following}"),
+            },
+            postinst=HEADERS_POSTINST.replace("@KERNEL@", following),
+        ),
         # The flavour metapackages that pull the newest kernel's headers: Ubuntu's and Debian's (amd64).
         *[
             Package(meta, "1.0-1", ARCHIVE, "headers of the newest kernel (meta)", _doc(meta), depends=(headers,))
@@ -424,5 +438,8 @@ def packages(kubernetes_version: str, driver_branch: str = "580", kernel_release
     """Every stand-in package for one cluster version, driver branch and (guest = test machine) kernel."""
     if driver_branch not in DRIVER_VERSIONS:
         raise ValueError(f"no stand-in driver for branch {driver_branch}; known: {sorted(DRIVER_VERSIONS)}")
+    from capi_gpu.sim.apt_standins import ubuntu_nvidia  # imports this module's helpers
+
     release = kernel_release or os.uname().release
-    return nvidia_packages(driver_branch) + other_packages(kubernetes_version) + archive_packages(release)
+    ubuntu = ubuntu_nvidia.packages(driver_branch, (release, host_shims.next_kernel(release)))
+    return nvidia_packages(driver_branch) + other_packages(kubernetes_version) + archive_packages(release) + ubuntu

@@ -11,6 +11,7 @@ the guest's own python3.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -109,6 +110,9 @@ WantedBy=sysinit.target
 """
 
 
+KERNEL_UPDATE_HOOK = b'DPkg::Post-Invoke { "/usr/local/lib/sim/kmod kernel-update || true"; };\n'
+
+
 def kernel_files(release: str) -> dict[str, GuestFile]:
     """The kernel's side of the installed image: module state (``kmod``), ``modprobe`` and ``update-initramfs``
     ahead of kmod's on PATH, the coldplug unit, and the running kernel's (empty) module directory."""
@@ -124,7 +128,18 @@ def kernel_files(release: str) -> dict[str, GuestFile]:
         ),
         # /usr/lib: the image is merged-/usr, and a layer directory named lib would hide the /lib symlink.
         f"/usr/lib/modules/{release}/modules.dep": GuestFile(b"", 0o644),
+        # The kernel the next boot starts, as the kernel package's postinst links it.
+        f"/boot/vmlinuz-{release}": GuestFile(f"stand-in kernel image {release}\n".encode(), 0o644),
+        "/boot/vmlinuz": _link(f"vmlinuz-{release}"),
+        # A kernel update landing mid-run (the GPU shim's kernel_update knob; nothing without it).
+        "/etc/apt/apt.conf.d/99sim-kernel-update": GuestFile(KERNEL_UPDATE_HOOK, 0o644),
     }
+
+
+def next_kernel(release: str) -> str:
+    """The release a simulated kernel update brings: the running one with its patch level one higher."""
+    m = re.match(r"^(\d+)\.(\d+)\.(\d+)(.*)$", release)
+    return f"{m.group(1)}.{m.group(2)}.{int(m.group(3)) + 1}{m.group(4)}" if m else f"{release}.sim1"
 
 
 def installed_files() -> dict[str, GuestFile]:

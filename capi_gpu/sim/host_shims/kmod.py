@@ -18,6 +18,10 @@ the module was loaded. So the installed image carries this stand-in of the kerne
   before any blacklist, does not), then ``nvidia`` loads when its module exists and nouveau does not hold
   the GPU.
 
+* ``kernel-update`` (after every dpkg run): the ``kernel_update`` knob's kernel lands mid-run, once, and
+  ``/boot/vmlinuz`` points at it. The simulated host cannot boot it (it shares the test machine's kernel):
+  what the simulation checks is that the playbook builds the module for it and asks for the reboot.
+
 The GPU shim and the nvidia-persistenced stand-in answer only while ``/run/sim-kmod/nvidia`` exists.
 Runs inside the guest with the guest's python3 and the standard library only.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -165,6 +170,33 @@ def coldplug() -> int:
     return 0
 
 
+def kernel_update() -> int:
+    """A kernel update landing while the node playbook runs, as unattended-upgrades does on a fresh image:
+    run after every dpkg invocation (``DPkg::Post-Invoke``), it installs once the kernel the GPU shim's
+    ``kernel_update`` knob names, as the kernel package's postinst does: module directory, image, the
+    ``/boot/vmlinuz`` link moved to it (the kernel the next boot starts), ``/etc/kernel/postinst.d`` hooks
+    (DKMS builds only where headers exist) and an initramfs made from today's ``/etc/modprobe.d``."""
+    release = str(_gpu_knobs().get("kernel_update") or "")
+    done = ROOT / "var/lib/sim-kmod-kernel-update"
+    if not release or done.exists():
+        return 0
+    (ROOT / "usr/lib/modules" / release).mkdir(parents=True, exist_ok=True)
+    (ROOT / "usr/lib/modules" / release / "modules.dep").write_text("")
+    boot = ROOT / "boot"
+    (boot / f"vmlinuz-{release}").write_text(f"stand-in kernel image {release}\n")
+    link = boot / "vmlinuz"
+    link.unlink(missing_ok=True)
+    link.symlink_to(f"vmlinuz-{release}")
+    hooks = ROOT / "etc/kernel/postinst.d"
+    for hook in sorted(hooks.iterdir()) if hooks.is_dir() else []:
+        if os.access(hook, os.X_OK):
+            subprocess.run([str(hook), release, str(boot / f"vmlinuz-{release}")], check=False, timeout=120)
+    update_initramfs(["-c", "-k", release])
+    done.write_text(release + "\n")
+    print(f"sim: kernel {release} installed; the next boot starts it")
+    return 0
+
+
 def main() -> int:
     prog = Path(sys.argv[0]).name
     if prog == "update-initramfs":
@@ -173,6 +205,8 @@ def main() -> int:
         return modprobe(sys.argv[1:])
     if sys.argv[1:2] == ["coldplug"]:
         return coldplug()
+    if sys.argv[1:2] == ["kernel-update"]:
+        return kernel_update()
     print(f"kmod shim: unknown program {prog}", file=sys.stderr)
     return 2
 
