@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capi_gpu import logs
-from capi_gpu.cli import EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from capi_gpu.leader import Elector
+from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,8 +36,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--artifacts-dir", type=Path, default=Path("/var/lib/capi-gpu/artifacts"))
     p.add_argument("--playbook-vars", type=Path, help="YAML of PlaybookVars overrides (package mirrors)")
-    p.add_argument("--peering", default="", help="kopf peering name for HA (replicas with distinct --priority)")
-    p.add_argument("--priority", type=int, default=0, help="kopf peering priority")
+    p.add_argument(
+        "--leader-elect", action="store_true", help="act only while holding a coordination.k8s.io Lease (replicas > 1)"
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        default="",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else capi-gpu-system)",
+    )
+    p.add_argument("--leader-election-id", default="capi-gpu-leader", help="name of the Lease")
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
     p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0: off)")
     p.add_argument("--metrics-address", default="0.0.0.0")
@@ -141,15 +152,52 @@ def run(args: argparse.Namespace) -> int:
 
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
-    asyncio.run(
-        kopf.operator(
+
+    async def operate(stop: asyncio.Event) -> None:
+        # standalone: kopf's own peering would need the shared kopf.dev CRDs (capi_gpu/leader.py says why).
+        await kopf.operator(
             registry=registry,
             clusterwide=settings.namespace is None,
             namespaces=[settings.namespace] if settings.namespace else [],
-            standalone=not args.peering,
-            peering_name=args.peering or None,
-            priority=args.priority,
+            standalone=True,
             liveness_endpoint=args.liveness or None,
+            stop_flag=stop,
         )
-    )
+
+    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None))
+
+
+async def lead_then(operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None) -> int:
+    """Run ``operate`` (until it returns), only while ``elector`` holds the Lease when there is one. A lost
+    Lease stops it and exits non-zero, so the container restarts as a candidate; a clean stop releases it."""
+    stop = asyncio.Event()
+    if elector is None:
+        await operate(stop)
+        return EXIT_OK
+    # kopf serves liveness only once it runs: a standby candidate has no /healthz until it leads.
+    await elector.acquire()
+    keeper = asyncio.create_task(elector.keep(stop))
+    try:
+        await operate(stop)
+    finally:
+        stop.set()
+        await keeper
+    if elector.lost:
+        return EXIT_FAILED
+    await asyncio.to_thread(elector.release)
     return EXIT_OK
+
+
+def make_elector(args: argparse.Namespace) -> Elector:
+    import os
+    import socket
+    import uuid
+
+    from capi_gpu.kube import Kube
+    from capi_gpu.leader import Elector
+
+    namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "capi-gpu-system"
+    # The pod's name (downward API) plus a random suffix, as client-go does: a restarted container of the
+    # same pod is a new candidate, not the old holder renewing.
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+    return Elector(Kube.in_cluster_or_kubeconfig(args.kubeconfig), namespace, args.leader_election_id, identity)

@@ -109,8 +109,8 @@ def _established(kube: Kube, name: str) -> bool:
 
 @pytest.fixture
 def installed_crds_and_namespace(kube: Kube, tmp_path: Path) -> Iterator[list[dict[str, Any]]]:
-    """The components' CRDs and Namespace created for real (objects of kopf's peering kinds and everything
-    namespaced need them), removed again if this test created them; the rest is only dry-run."""
+    """The components' CRDs and Namespace created for real (everything namespaced needs them), removed
+    again if this test created them; the rest is only dry-run."""
     docs = components(tmp_path)
     created: list[tuple[str, str]] = []
     for doc in docs:
@@ -154,7 +154,7 @@ def test_infrastructure_components_are_accepted(
         out = dry_run_apply(kube, resources, doc)
         assert out["metadata"]["name"] == doc["metadata"]["name"]
         kinds.add(doc["kind"])
-    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "ClusterKopfPeering"} <= kinds
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding"} <= kinds
     assert {"Service", "ValidatingWebhookConfiguration"} <= kinds
     # A dry run creates nothing.
     assert kube.get_or_none(DEPLOYMENTS, "capi-gpu-controller-manager", "capi-gpu-system") is None

@@ -1,6 +1,6 @@
 """infrastructure-components (kustomize build config/default): one Namespace, every namespaced object in it,
 the provider label everywhere, the manager container and the flags `capi-gpu run` must accept, every
-generated CRD (and kopf's peering CRDs), bindings that name the one ServiceAccount, no clusterctl
+generated CRD and no other (none shared with other operators), leader election by a Lease, bindings that name the one ServiceAccount, no clusterctl
 variable outside the documented two."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ CLUSTER_SCOPED = {
     "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
-    "ClusterKopfPeering",
     "ValidatingWebhookConfiguration",
 }
 COMPONENT_VARIABLES = {"CAPI_GPU_WATCH_FILTER", "CAPI_GPU_WATCH_NAMESPACE"}
@@ -75,7 +74,14 @@ def test_every_generated_crd_is_included_unchanged(components: list[dict[str, An
         assert name in rendered, f"{path.name} missing from config/crd"
         assert rendered[name]["spec"] == crd["spec"]
         assert rendered[name]["metadata"]["labels"][domain.CONTRACT_LABEL] == domain.VERSION
-    assert {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} <= set(rendered)
+
+
+def test_no_crd_but_ours(components: list[dict[str, Any]]) -> None:
+    # `clusterctl delete --include-crd` deletes every CRD in the components: one shared with other
+    # operators (kopf's kopf.dev peering CRDs were) would be deleted under them.
+    crds = of_kind(components, "CustomResourceDefinition")
+    assert {d["spec"]["group"] for d in crds} == {domain.GROUP}
+    assert not [d for d in components if d["apiVersion"].startswith("kopf.dev/")]
 
 
 def test_crd_kustomization_lists_exactly_the_generated_files() -> None:
@@ -91,7 +97,8 @@ def test_manager_deployment(components: list[dict[str, Any]]) -> None:
     assert args[0] == "run"
     assert "--namespace=${CAPI_GPU_WATCH_NAMESPACE:=*}" in args
     assert "--watch-filter=${CAPI_GPU_WATCH_FILTER:=*}" in args
-    assert "--peering=capi-gpu" in args
+    assert "--leader-elect" in args
+    assert not [a for a in args if a.startswith(("--peering", "--priority"))]
     ports = {p["name"]: p["containerPort"] for p in manager["ports"]}
     assert ports == {"healthz": 8080, "metrics": 9090, "webhook-server": 9443}
     assert "--liveness=http://0.0.0.0:8080/healthz" in args
@@ -114,7 +121,7 @@ def test_capi_gpu_run_accepts_the_deployment_args(components: list[dict[str, Any
     parsed = build_parser().parse_args(args)
     assert run.every(parsed.namespace) is None
     assert run.every(parsed.watch_filter) is None
-    assert parsed.peering == "capi-gpu"
+    assert parsed.leader_elect is True
     assert parsed.metrics_port == 9090
     assert parsed.artifacts_dir == Path("/var/lib/capi-gpu/artifacts")
     sharded = build_parser().parse_args([*args, "--namespace=team-a", "--watch-filter=shard-1"])
@@ -138,7 +145,7 @@ def test_only_documented_variables_in_components(components: list[dict[str, Any]
 def test_every_binding_names_the_manager_service_account(components: list[dict[str, Any]]) -> None:
     (sa,) = of_kind(components, "ServiceAccount")
     assert sa["metadata"]["name"] == SERVICE_ACCOUNT
-    roles = {r["metadata"]["name"] for r in of_kind(components, "ClusterRole")}
+    roles = {r["metadata"]["name"] for r in of_kind(components, "ClusterRole") + of_kind(components, "Role")}
     bindings = of_kind(components, "ClusterRoleBinding") + of_kind(components, "RoleBinding")
     assert bindings
     bound = set()
@@ -148,10 +155,21 @@ def test_every_binding_names_the_manager_service_account(components: list[dict[s
         bound.add(b["roleRef"]["name"])
     # The aggregated role is CAPI core's; the readiness role is for a workload cluster's gate identity.
     assert roles - bound == {"capi-gpu-aggregated-manager-role", "capi-gpu-readiness"}
-    assert bound == {"capi-gpu-manager-role", "capi-gpu-manager-secrets-role", "capi-gpu-peering-role"}
+    assert bound == {"capi-gpu-manager-role", "capi-gpu-manager-secrets-role", "capi-gpu-leader-election-role"}
 
 
-def test_the_peering_object_matches_the_peering_flag(components: list[dict[str, Any]]) -> None:
-    (peering,) = of_kind(components, "ClusterKopfPeering")
-    assert peering["apiVersion"] == "kopf.dev/v1"
-    assert f"--peering={peering['metadata']['name']}" in manager_container(components)["args"]
+def test_the_leader_election_lease_is_granted_where_the_manager_looks(components: list[dict[str, Any]]) -> None:
+    # capi_gpu/leader.py reads with get, writes with create and replace (update), in the pod's namespace.
+    parsed = build_parser().parse_args(["run", "--leader-elect"])
+    (role,) = [r for r in of_kind(components, "Role") if r["metadata"]["name"] == "capi-gpu-leader-election-role"]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    (rule,) = role["rules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["coordination.k8s.io"], ["leases"])
+    assert set(rule["verbs"]) == {"get", "create", "update"}
+    env = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in manager_container(components)["env"]
+        if "valueFrom" in e
+    }
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert parsed.leader_election_namespace == ""  # so $POD_NAMESPACE decides

@@ -58,7 +58,11 @@ def test_namespaced_flavour_grants_secrets_only_in_the_watched_namespace() -> No
     roles = _secret_rules(docs, "Role")
     assert list(roles) == [("capi-gpu-manager-secrets-role", watched)]
     assert sorted(roles[("capi-gpu-manager-secrets-role", watched)]) == [["create"], ["get"]]
-    assert _bound_to_sa(docs, "RoleBinding") == {("capi-gpu-manager-secrets-role", watched)}
+    # The leader-election Lease stays in the manager's own namespace, whichever namespace it watches.
+    assert _bound_to_sa(docs, "RoleBinding") == {
+        ("capi-gpu-manager-secrets-role", watched),
+        ("capi-gpu-leader-election-role", "capi-gpu-system"),
+    }
     # Everything else is the default flavour, object for object.
     default = {(d["kind"], d["metadata"]["name"]) for d in h.kustomize_build(h.CONFIG / "default")}
     secrets = {

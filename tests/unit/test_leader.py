@@ -1,0 +1,201 @@
+"""Leader election by a Lease (capi_gpu/leader.py): the decision table, two candidates on one Lease store
+that checks resourceVersion as the apiserver does, and `capi-gpu run`'s wrapper around kopf."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from capi_gpu.cli import EXIT_FAILED, EXIT_OK
+from capi_gpu.cli.run import lead_then
+from capi_gpu.kube import Conflict, KubeError
+from capi_gpu.leader import Action, Elector, decide
+
+
+def lease(holder: str | None, duration: int = 15) -> dict[str, Any]:
+    return {"spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": "t"}}
+
+
+@pytest.mark.parametrize(
+    ("current", "unchanged_for", "action"),
+    [
+        (None, 0, Action.CREATE),
+        (lease("me"), 0, Action.RENEW),
+        (lease("me"), 100, Action.RENEW),
+        (lease(None), 0, Action.TAKE),  # released on a clean stop
+        (lease(""), 0, Action.TAKE),
+        (lease("other"), 14.9, Action.WAIT),
+        (lease("other"), 15.1, Action.TAKE),  # not renewed for longer than its duration, by our clock
+        (lease("other", duration=0), 0.1, Action.TAKE),
+    ],
+)
+def test_decide(current: dict[str, Any] | None, unchanged_for: float, action: Action) -> None:
+    assert decide(current, "me", unchanged_for) is action
+
+
+class LeaseStore:
+    """One Lease with the apiserver's optimistic concurrency: a write with a stale resourceVersion fails."""
+
+    def __init__(self) -> None:
+        self.obj: dict[str, Any] | None = None
+        self.rv = 0
+        self.down = False
+
+    def get_or_none(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        if self.down:
+            raise KubeError(503, "ServiceUnavailable", "down")
+        return copy.deepcopy(self.obj)
+
+    def create(self, res: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        if self.obj is not None:
+            raise Conflict(409, "AlreadyExists", "exists")
+        return self._store(obj)
+
+    def replace(self, res: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        assert self.obj is not None
+        if obj["metadata"]["resourceVersion"] != self.obj["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", "stale")
+        return self._store(obj)
+
+    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        self.obj = copy.deepcopy(obj)
+        self.obj["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(self.obj)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def elector(clock: Clock) -> Callable[[LeaseStore, str], Elector]:
+    def make(store: LeaseStore, who: str) -> Elector:
+        return Elector(store, "capi-gpu-system", "capi-gpu-leader", who, clock=clock)  # type: ignore[arg-type]
+
+    return make
+
+
+def test_one_leader_until_it_stops_renewing_then_the_other_takes_over(
+    clock: Clock, elector: Callable[[LeaseStore, str], Elector]
+) -> None:
+    store = LeaseStore()
+    a, b = elector(store, "a"), elector(store, "b")
+    assert a.try_once()
+    assert not b.try_once()
+    clock.now += 10
+    assert a.try_once()  # renewed: b's view of the record changes, its wait starts again
+    clock.now += 10
+    assert not b.try_once()
+    clock.now += 16  # a stopped renewing 16 s ago by b's clock
+    assert b.try_once()
+    assert store.obj is not None
+    assert store.obj["spec"]["holderIdentity"] == "b"
+    assert store.obj["spec"]["leaseTransitions"] == 1
+    assert not a.try_once()  # a sees b alive, and stays out
+
+
+class StaleReads(LeaseStore):
+    """Reads answer ``snapshot`` when set: the Lease as read just before someone else wrote it."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        self.store = store
+        self.snapshot: dict[str, Any] | None = None
+
+    def get_or_none(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return copy.deepcopy(self.snapshot) if self.snapshot else self.store.get_or_none(res, name, namespace)
+
+    def create(self, res: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        return self.store.create(res, obj, namespace)
+
+    def replace(self, res: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        return self.store.replace(res, obj, namespace)
+
+
+def test_a_racing_take_loses_on_the_resource_version(
+    clock: Clock, elector: Callable[[LeaseStore, str], Elector]
+) -> None:
+    store = LeaseStore()
+    a = elector(store, "a")
+    b_view = StaleReads(store)
+    b = elector(b_view, "b")  # type: ignore[arg-type]
+    assert a.try_once()
+    assert not b.try_once()  # b starts timing a's record
+    clock.now += 20  # by b's clock a's record has expired ...
+    b_view.snapshot = store.get_or_none(None, "")
+    assert a.try_once()  # ... but a renews between b's read and b's write
+    assert not b.try_once()  # b writes with the resourceVersion it read: a Conflict, not a second leader
+    assert store.obj is not None
+    assert store.obj["spec"]["holderIdentity"] == "a"
+
+
+def test_release_lets_a_successor_lead_at_once(clock: Clock, elector: Callable[[LeaseStore, str], Elector]) -> None:
+    store = LeaseStore()
+    a, b = elector(store, "a"), elector(store, "b")
+    assert a.try_once()
+    assert not b.try_once()
+    a.release()
+    assert b.try_once()
+
+
+def test_lead_then_stops_the_operator_and_fails_when_the_lease_is_lost() -> None:
+    store = LeaseStore()
+    e = Elector(store, "ns", "l", "me", retry_s=0.01, renew_deadline_s=0.05)  # type: ignore[arg-type]
+    ran: list[str] = []
+
+    async def operate(stop: asyncio.Event) -> None:
+        ran.append("started")
+        store.down = True  # the apiserver stops answering: renewals fail past the deadline
+        await asyncio.wait_for(stop.wait(), 5)
+        ran.append("stopped")
+
+    assert asyncio.run(lead_then(operate, e)) == EXIT_FAILED
+    assert ran == ["started", "stopped"]
+    assert e.lost
+
+
+def test_lead_then_waits_for_the_lease_and_releases_it_on_a_clean_stop(
+    clock: Clock, elector: Callable[[LeaseStore, str], Elector]
+) -> None:
+    store = LeaseStore()
+    assert elector(store, "other").try_once()
+    e = Elector(store, "ns", "l", "me", retry_s=0.01, clock=clock)  # type: ignore[arg-type]
+    started = []
+
+    async def operate(stop: asyncio.Event) -> None:
+        started.append(store.obj["spec"]["holderIdentity"])  # type: ignore[index]
+
+    async def scenario() -> int:
+        task = asyncio.create_task(lead_then(operate, e))
+        await asyncio.sleep(0.1)
+        assert not started  # "other" holds a live Lease
+        clock.now += 16
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(scenario()) == EXIT_OK
+    assert started == ["me"]
+    assert store.obj is not None
+    assert store.obj["spec"]["holderIdentity"] is None
+
+
+def test_without_leader_election_the_operator_just_runs() -> None:
+    ran = []
+
+    async def operate(stop: asyncio.Event) -> None:
+        ran.append(stop.is_set())
+
+    assert asyncio.run(lead_then(operate, None)) == EXIT_OK
+    assert ran == [False]
