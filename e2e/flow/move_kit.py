@@ -1,0 +1,176 @@
+"""A second management cluster for `clusterctl move`: its own control plane (kine + kube-apiserver + CAPI core)
+and our operator under the shipped RBAC, talking to the same Robot simulator and the same fleet as the
+world it stands next to.
+
+What `clusterctl init` would do is done here by hand, because `init` needs cert-manager, which cannot run
+here: every provider CRD gets clusterctl's `clusterctl.cluster.x-k8s.io` label (move discovers its types by
+that label), and the provider inventory (the `providers.clusterctl.cluster.x-k8s.io` CRD and one Provider
+per installed provider: cluster-api core, infrastructure-hetzner-gpu, and the sim's stand-in control
+plane provider) is created as init records it. The move itself is the real, pinned clusterctl binary.
+
+The workload cluster stays where it is: its nodes live on the world's apiserver, and the moved
+``<cluster>-kubeconfig`` Secret keeps pointing there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capi_gpu import domain
+from capi_gpu.kube import CRDS, NAMESPACES, SECRETS, Kube, Res
+from capi_gpu.sim import binaries, controlplane_object, identity
+from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu.sim.hosts import cgroups
+from capi_gpu.sim.world import World
+
+CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
+PROVIDERS = Res("clusterctl.cluster.x-k8s.io", "v1alpha3", "providers")
+CAPI_VERSION = binaries.versions()["CAPI_VERSION"]
+INVENTORY = [  # (namespace, name, providerName, type, version), as `clusterctl init` records them
+    ("capi-system", "cluster-api", "cluster-api", "CoreProvider", CAPI_VERSION),
+    ("capi-gpu-system", domain.PROVIDER_NAME, "hetzner-gpu", "InfrastructureProvider", "v0.1.0"),
+    ("capi-sim-system", "control-plane-sim", "sim", "ControlPlaneProvider", "v0.1.0"),
+]
+
+
+def provider_crd() -> dict[str, Any]:
+    """clusterctl's inventory CRD (cmd/clusterctl/config/manifest/clusterctl-api.yaml), schema left open."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": "providers.clusterctl.cluster.x-k8s.io",
+            "labels": {CLUSTERCTL_LABEL: "", "clusterctl.cluster.x-k8s.io/core": "inventory"},
+        },
+        "spec": {
+            "group": "clusterctl.cluster.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"kind": "Provider", "listKind": "ProviderList", "plural": "providers", "singular": "provider"},
+            "versions": [
+                {
+                    "name": "v1alpha3",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
+def init_like_clusterctl(cp: ControlPlane, kube: Kube) -> None:
+    """The provider CRDs labelled and the inventory recorded, as `clusterctl init` leaves a cluster."""
+    cp.apply_crds(kube, [provider_crd()])
+    for crd in kube.list(CRDS):
+        group = crd["spec"]["group"]
+        if group.endswith("cluster.x-k8s.io") and CLUSTERCTL_LABEL not in (crd["metadata"].get("labels") or {}):
+            kube.patch(CRDS, crd["metadata"]["name"], {"metadata": {"labels": {CLUSTERCTL_LABEL: ""}}})
+    for namespace, name, provider, type_, version in INVENTORY:
+        kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        kube.apply(
+            PROVIDERS,
+            {
+                "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
+                "kind": "Provider",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {CLUSTERCTL_LABEL: "", domain.PROVIDER_LABEL: name},
+                },
+                "providerName": provider,
+                "type": type_,
+                "version": version,
+            },
+            namespace,
+        )
+
+
+def label_for_move(kube: Kube, namespace: str, names: list[str]) -> None:
+    """What docs/clusterctl.md tells users: Secrets nothing owns carry clusterctl's move label."""
+    for name in names:
+        kube.patch(SECRETS, name, {"metadata": {"labels": {domain.MOVE_LABEL: ""}}}, namespace)
+
+
+@dataclass
+class Target:
+    """The second management cluster. ``start`` brings it up empty but initialised; ``stop`` ends it."""
+
+    world: World
+    workdir: Path
+    cp: ControlPlane = field(init=False)
+    operator: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        # No scheduler, no controller-manager: the workload cluster (pods, claims, nodes) is the world's.
+        self.cp = ControlPlane(
+            self.workdir / "controlplane", Options(with_scheduler=False, with_controller_manager=False)
+        )
+
+    def start(self) -> Target:
+        init_like_clusterctl(self.world.cp, self.world.k)  # the source: clusterctl init ran there first
+        self.cp.start()
+        self.kube = self.cp.kube()
+        controlplane_object.install(self.kube, self.cp)
+        init_like_clusterctl(self.cp, self.kube)
+        ns = self.world.config.namespace
+        self.kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        kubeconfig = identity.operator_kubeconfig(self.cp, self.kube, self.workdir / "operator.kubeconfig")
+        self._start_operator(kubeconfig)
+        return self
+
+    def _start_operator(self, kubeconfig: Path) -> None:
+        """The world's operator command line with this cluster's kubeconfig and artifacts of its own."""
+        assert self.world.operator is not None
+        argv = list(self.world.operator.args)[4:]  # after the cgroup wrapper: /bin/sh -c <script> <group>
+        argv[argv.index("--kubeconfig") + 1] = str(kubeconfig)
+        argv[argv.index("--artifacts-dir") + 1] = str(self.workdir / "artifacts")
+        assert argv[0] == sys.executable, argv[:3]
+        group = cgroups.ensure(self._cgroup())
+        log = (self.workdir / "operator.log").open("wb")
+        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
+        self.operator = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
+        log.close()
+
+    def _cgroup(self) -> str:
+        return f"f{self.world.fleet.slot if self.world.fleet else 0}-operator-target"
+
+    def operator_log(self) -> str:
+        path = self.workdir / "operator.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.operator is not None and self.operator.poll() is None:
+            self.operator.terminate()
+            try:
+                self.operator.wait(30)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+                self.operator.wait(10)
+        cgroups.destroy(self._cgroup())
+        if getattr(self, "kube", None) is not None:
+            self.kube.close()
+        self.cp.stop()
+
+
+def clusterctl_move(source: Path, target: Path, namespace: str, home: Path) -> tuple[str, float]:
+    """The pinned clusterctl: ``move --kubeconfig SOURCE --to-kubeconfig TARGET -n NAMESPACE``; its output
+    and wall time. Offline: no version check, a config directory of its own."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "xdg"),
+        "CLUSTERCTL_DISABLE_VERSIONCHECK": "true",
+    }
+    argv = [str(binaries.ensure_clusterctl()), "move", "--kubeconfig", str(source), "--to-kubeconfig", str(target),
+            "--namespace", namespace, "-v", "3"]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, f"clusterctl move failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr, took
