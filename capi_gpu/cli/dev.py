@@ -1,10 +1,11 @@
 """`capi-gpu dev up|down`: the whole flow on the embedded default, on this machine.
 
 ``up`` builds or reuses the pinned control plane, starts the Robot simulator and simulated GEX131
-hosts, runs the operator, applies the dev cluster template, scales the GPU MachineDeployment, submits a
-pod with a 1g.24gb claim and shows the live host view (``capi_gpu.cli.live``: a table redrawn in place on a
-terminal, one line per change otherwise) until the pod is bound, then prints a summary. It stays up
-(Ctrl-C or ``dev down`` to stop) unless ``--exit``.
+hosts, runs the operator, applies the dev cluster template, waits until the operator has installed the
+cluster's DRA add-ons (NVIDIA's chart, the gate driver, the claim templates: AddonsReady), scales the GPU
+MachineDeployment, submits a pod with a 1g.24gb claim and shows the live host view (``capi_gpu.cli.live``:
+a table redrawn in place on a terminal, one line per change otherwise) until the pod is bound, then prints
+a summary. It stays up (Ctrl-C or ``dev down`` to stop) unless ``--exit``.
 """
 
 from __future__ import annotations
@@ -50,12 +51,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"== building or reusing the pinned control plane, starting Robot sim and {args.hosts} simulated GEX131 hosts",
         flush=True,
     )
-    world = World(WorldConfig(state_dir=state, hosts=args.hosts, layout=args.layout))
+    # The operator installs NVIDIA's DRA chart, the gate driver and the claim templates into the dev cluster
+    # through its Ansible run, as it does in a user's cluster (the chart from its archive in ../shared/upstream).
+    world = World(WorldConfig(state_dir=state, hosts=args.hosts, layout=args.layout, addons=True))
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         world.start()
-        print(f"== up in {time.monotonic() - t0:.0f}s; kubeconfig: {world.cp.kubeconfig}", flush=True)
+        print(
+            f"== up in {time.monotonic() - t0:.0f}s (DRA add-ons by the operator's Ansible run: "
+            f"{world.addons_seconds or 0:.0f}s); kubeconfig: {world.cp.kubeconfig}",
+            flush=True,
+        )
         print(
             f"== scaling {world.config.cluster}-gpu to {args.replicas} and submitting pod mig-demo (1g.24gb)",
             flush=True,

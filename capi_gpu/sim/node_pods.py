@@ -1,93 +1,82 @@
-"""Pods on the simulated nodes, as far as the runbooks act through them: the NVIDIA DRA kubelet plugin's
-pod, and the kubelet's confirmation that a deleted pod has stopped.
+"""Pods on the simulated nodes, as far as the runbooks and the readiness gate act through them: the NVIDIA DRA
+kubelet plugin's pods that the chart's DaemonSet would run, and the kubelet's confirmation that a deleted pod
+has stopped.
 
 Why: the simulated kubelet (``kubelet.py``) registers Nodes and publishes the NVIDIA slices, but runs no
-containers, and two operations work through pods. ``capi-gpu nodes relayout`` restarts the NVIDIA plugin
-by deleting its pod on the node (the chart's DaemonSet starts a new one, which enumerates the GPU again:
-static MIG is read only at start), and a drain (relayout's NoExecute DeviceTaintRule evicting through
-kube-controller-manager, CAPI's drain) deletes pods and waits until they are gone. With nothing on the
-node to confirm a deletion, a pod bound to a node would stay ``Terminating`` forever. So, for every
-simulated node whose plugin publishes:
+containers, and no DaemonSet controller runs in the simulated clusters. In a cluster the NVIDIA slices exist
+only because the chart's DaemonSet ``dra-driver-nvidia-gpu-kubelet-plugin`` runs a plugin pod on the node, so
+here the same DaemonSet decides, keyed off the object the chart created (by ``helm install`` through the
+operator's add-ons run, or rendered from the chart archive where a world runs without add-ons):
 
-- one pod in ``nvidia-dra-driver-gpu`` with the chart's ``app.kubernetes.io/name`` label, bound to the node,
-  reported ``Running`` and recreated when it is gone (the DaemonSet controller's part). It is owned by a
-  DaemonSet object of that name (which no controller here reconciles), so a drain (CAPI's, ``kubectl
-  drain``) skips it as it skips the real plugin;
+- a node the DaemonSet fits (its template's node selector, required node affinity and tolerations against
+  the node's labels and taints: ``daemonset_fit``) gets one pod with the template's labels, owned by the
+  DaemonSet, bound to the node, and reported ``Running`` once the plugin publishes; it is recreated when gone
+  (the DaemonSet controller's part), and a drain (CAPI's, ``kubectl drain``) skips it as it skips the real one;
+- no DaemonSet, or a node it does not fit: no pod, and the node's kubelet publishes no NVIDIA slices
+  (``SimKubelet.publish_dra`` is switched off, a running publisher stopped once its pod is gone);
+- ``capi-gpu nodes relayout`` restarts the plugin by deleting its pod (static MIG is read only at start): the
+  deletion is confirmed after the publisher re-enumerated the GPU, and the replacement starts only then;
 - a pod on a simulated node that is being deleted is removed with a zero grace period once "stopped"
-  (the kubelet's part); the plugin's own pod re-enumerates the GPU first (``DraPublisher.restart``).
+  (the kubelet's part).
 
 It polls, like the simulated kubelet, and every loop is bounded by ``stop()``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from capi_gpu import domain
-from capi_gpu.kube import NAMESPACES, PODS, Conflict, Kube, KubeError, Obj, Res
-from capi_gpu.sim import dra_publisher
+from capi_gpu.kube import NODES, PODS, Kube, KubeError, Obj, Res
+from capi_gpu.sim import daemonset_fit, dra_publisher
 
 if TYPE_CHECKING:
     from capi_gpu.sim.kubelet import SimKubelet
 
 log = logging.getLogger(__name__)
 
+# The chart's names (dra-driver-nvidia-gpu 0.4.1, release namespace of playbooks/addons.yml): the DaemonSet is
+# "<chart name>-kubelet-plugin", its pods are selected by "<chart name>-component: kubelet-plugin".
 PLUGIN_NAMESPACE = "nvidia-dra-driver-gpu"
-PLUGIN_DAEMONSET = "nvidia-dra-driver-gpu-kubelet-plugin"
+PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
+PLUGIN_SELECTOR = "dra-driver-nvidia-gpu-component=kubelet-plugin"
 DAEMONSETS = Res("apps", "v1", "daemonsets")
-PLUGIN_LABELS = {
-    "app.kubernetes.io/name": "dra-driver-nvidia-gpu",
-    "app.kubernetes.io/component": "kubelet-plugin",
-}
-PLUGIN_SELECTOR = ",".join(f"{k}={v}" for k, v in PLUGIN_LABELS.items())
 
 
-def _pod_spec() -> dict[str, Any]:
-    return {
-        "tolerations": [
-            {"key": domain.NODE_STARTUP_TAINT, "operator": "Exists"},
-            {"key": domain.NVIDIA_GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-        ],
-        "containers": [{"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0"}],
-    }
-
-
-def plugin_daemonset() -> Obj:
-    """The chart's kubelet plugin DaemonSet, as the owner of its pods (no DaemonSet controller runs here)."""
-    return {
+def plugin_pod(node: str, daemonset: Obj) -> Obj:
+    """The pod the DaemonSet controller would create for ``node`` from the DaemonSet's template."""
+    meta, template = daemonset["metadata"], daemonset["spec"]["template"]
+    owner = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": PLUGIN_DAEMONSET, "namespace": PLUGIN_NAMESPACE, "labels": dict(PLUGIN_LABELS)},
-        "spec": {
-            "selector": {"matchLabels": dict(PLUGIN_LABELS)},
-            "template": {"metadata": {"labels": dict(PLUGIN_LABELS)}, "spec": _pod_spec()},
-        },
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
-
-
-def plugin_pod(node: str, daemonset_uid: str) -> Obj:
-    """The kubelet plugin pod the DaemonSet would run on ``node`` (nothing runs it here)."""
-    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": PLUGIN_DAEMONSET, "uid": daemonset_uid}
+    pod_meta: dict[str, Any] = {
+        "generateName": f"{meta['name']}-",
+        "namespace": meta["namespace"],
+        "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+        "ownerReferences": [owner],
+    }
+    if annotations := (template.get("metadata") or {}).get("annotations"):
+        pod_meta["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "generateName": f"{PLUGIN_DAEMONSET}-",
-            "namespace": PLUGIN_NAMESPACE,
-            "labels": dict(PLUGIN_LABELS),
-            "ownerReferences": [{**owner, "controller": True}],
-        },
-        "spec": {"nodeName": node, **_pod_spec()},
+        "metadata": pod_meta,
+        "spec": {**copy.deepcopy(template["spec"]), "nodeName": node},
     }
 
 
 class NodePods:
-    """``NodePods(kube, lambda: fleet.kubelets.values()).start()``; ``stop()`` ends the loop."""
+    """``NodePods(kube, lambda: fleet.kubelets.values()).start()``; ``stop()`` ends the loop. The kubelets should
+    start with ``publish_dra=False``: this turns publishing on where the DaemonSet runs a plugin pod."""
 
     def __init__(self, kube: Kube, kubelets: Callable[[], Iterable[SimKubelet]], poll_s: float = 0.5) -> None:
         self.kube = kube
@@ -97,8 +86,9 @@ class NodePods:
         """Plugin restarts per node (a relayout restarts it once)."""
         self.confirmed: list[str] = []
         """``namespace/name`` of every pod whose deletion was confirmed, in order."""
+        self.misfits: dict[str, str] = {}
+        """Why the DaemonSet runs no plugin pod on a node (no DaemonSet, affinity, a taint), by node."""
         self.errors: list[str] = []
-        self._daemonset_uid: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-node-pods", daemon=True)
 
@@ -122,54 +112,99 @@ class NodePods:
         kubelets = {str(k.node_name): k for k in self.kubelets() if k.node_name}
         if not kubelets:
             return
-        for pod in self.kube.list(PODS):
+        daemonset = self.kube.get_or_none(DAEMONSETS, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE)
+        if daemonset is not None and daemonset["metadata"].get("deletionTimestamp"):
+            daemonset = None
+        nodes = {n["metadata"]["name"]: n for n in self.kube.list(NODES)}
+        pods = self.kube.list(PODS)
+        running = {
+            str(p["spec"]["nodeName"])
+            for p in pods
+            if _is_plugin(p) and p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        }
+        misfits = {name: _misfit(daemonset, nodes.get(name), name in running) for name in kubelets}
+        self.misfits = {name: why for name, why in misfits.items() if why}
+        for name, kubelet in kubelets.items():
+            # The plugin publishes only where its pod runs; set before the kubelet's next tick starts a publisher.
+            kubelet.publish_dra = name not in self.misfits
+        plugin_pods: dict[str, Obj] = {}
+        for pod in pods:
             meta, spec = pod["metadata"], pod.get("spec") or {}
-            kubelet = kubelets.get(spec.get("nodeName") or "")
-            if kubelet is not None and meta.get("deletionTimestamp"):
-                self._confirm_deleted(pod, kubelet)
-        publishing = {name: k for name, k in kubelets.items() if k.publisher is not None}
-        if publishing:
-            self._ensure_plugin_pods(publishing)
+            on = kubelets.get(spec.get("nodeName") or "")
+            if on is None:
+                continue
+            if meta.get("deletionTimestamp"):
+                self._confirm_deleted(pod, on)
+            elif _is_plugin(pod):
+                plugin_pods[str(spec["nodeName"])] = pod
+        self._reconcile_plugin_pods(daemonset, kubelets, plugin_pods)
 
     def _confirm_deleted(self, pod: Obj, kubelet: SimKubelet) -> None:
         meta = pod["metadata"]
-        if meta.get("namespace") == PLUGIN_NAMESPACE and _is_plugin(pod) and kubelet.publisher is not None:
-            try:
-                kubelet.publisher.restart()
-                self.restarts[str(kubelet.node_name)] += 1
-                log.info("node pods: NVIDIA plugin on %s restarted (re-enumerated the GPU)", kubelet.node_name)
-            except dra_publisher.GpuUnavailable as exc:  # a new pod would crash-loop the same way
-                self.errors.append(f"{kubelet.node_name}: plugin restart: {exc}")
+        if _is_plugin(pod) and kubelet.publisher is not None:
+            if kubelet.publish_dra:  # the DaemonSet starts a new pod, which enumerates the GPU again
+                try:
+                    kubelet.publisher.restart()
+                    self.restarts[str(kubelet.node_name)] += 1
+                    log.info("node pods: NVIDIA plugin on %s restarted (re-enumerated the GPU)", kubelet.node_name)
+                except dra_publisher.GpuUnavailable as exc:  # a new pod would crash-loop the same way
+                    self.errors.append(f"{kubelet.node_name}: plugin restart: {exc}")
+            else:
+                self._plugin_gone(kubelet)
         self.kube.delete(PODS, meta["name"], meta["namespace"], grace_period_seconds=0)
         self.confirmed.append(f"{meta['namespace']}/{meta['name']}")
 
-    def _ensure_plugin_pods(self, publishing: dict[str, SimKubelet]) -> None:
-        uid = self._daemonset_uid or self._ensure_daemonset()
-        # A terminating pod still holds its node: the new one starts only after the old one's deletion was
-        # confirmed (and the GPU re-enumerated), never beside it, so "new pod Running" implies "restarted".
-        running = {
+    def _reconcile_plugin_pods(
+        self, daemonset: Obj | None, kubelets: dict[str, SimKubelet], pods: dict[str, Obj]
+    ) -> None:
+        # A terminating pod still holds its node (it is not in ``pods``, but deleting it is confirmed above
+        # first): the new one starts only after the old one's deletion was confirmed and the GPU re-enumerated,
+        # never beside it, so "new pod Running" implies "restarted".
+        terminating = {
             (p.get("spec") or {}).get("nodeName")
             for p in self.kube.list(PODS, PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR)
+            if p["metadata"].get("deletionTimestamp")
         }
-        for node in publishing:
-            if node in running:
+        for name, kubelet in kubelets.items():
+            pod = pods.get(name)
+            if name in self.misfits:
+                if pod is not None:  # the DaemonSet controller (or, once the DaemonSet is gone, the GC) deletes it
+                    self.kube.delete(PODS, pod["metadata"]["name"], PLUGIN_NAMESPACE)
+                elif kubelet.publisher is not None and name not in terminating:
+                    self._plugin_gone(kubelet)
                 continue
-            created = self.kube.create(PODS, plugin_pod(node, uid), PLUGIN_NAMESPACE)
-            self.kube.patch(PODS, created["metadata"]["name"], _running(), PLUGIN_NAMESPACE, sub="status")
+            assert daemonset is not None
+            if pod is None and name not in terminating:
+                pod = self.kube.create(PODS, plugin_pod(name, daemonset), PLUGIN_NAMESPACE)
+            if (
+                pod is not None
+                and kubelet.publisher is not None
+                and (pod.get("status") or {}).get("phase") != "Running"
+            ):
+                self.kube.patch(PODS, pod["metadata"]["name"], _running(), PLUGIN_NAMESPACE, sub="status")
 
-    def _ensure_daemonset(self) -> str:
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}}
-        with contextlib.suppress(Conflict):
-            self.kube.create(NAMESPACES, namespace)
-        with contextlib.suppress(Conflict):
-            self.kube.create(DAEMONSETS, plugin_daemonset(), PLUGIN_NAMESPACE)
-        self._daemonset_uid = str(self.kube.get(DAEMONSETS, PLUGIN_DAEMONSET, PLUGIN_NAMESPACE)["metadata"]["uid"])
-        return self._daemonset_uid
+    def _plugin_gone(self, kubelet: SimKubelet) -> None:
+        """The plugin stopped and nothing replaces it: its slices go (``publish_dra`` is already off)."""
+        publisher, kubelet.publisher = kubelet.publisher, None
+        if publisher is not None:
+            publisher.stop()
+            log.info(
+                "node pods: no NVIDIA plugin on %s (%s)", kubelet.node_name, self.misfits.get(str(kubelet.node_name))
+            )
+
+
+def _misfit(daemonset: Obj | None, node: Obj | None, running: bool) -> str | None:
+    if daemonset is None:
+        return f"no DaemonSet {PLUGIN_NAMESPACE}/{PLUGIN_DAEMONSET}"
+    if node is None:
+        return "no Node"
+    return daemonset_fit.misfit(daemonset["spec"]["template"].get("spec") or {}, node, running=running)
 
 
 def _is_plugin(pod: Obj) -> bool:
-    labels = pod["metadata"].get("labels") or {}
-    return all(labels.get(k) == v for k, v in PLUGIN_LABELS.items())
+    key, _, value = PLUGIN_SELECTOR.partition("=")
+    meta = pod["metadata"]
+    return meta.get("namespace") == PLUGIN_NAMESPACE and (meta.get("labels") or {}).get(key) == value
 
 
 def _running() -> dict[str, Any]:

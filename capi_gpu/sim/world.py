@@ -32,7 +32,7 @@ from capi_gpu.kube import (
     Res,
     ours,
 )
-from capi_gpu.sim import aptrepo, binaries, controlplane_object, identity, node_pods, templates
+from capi_gpu.sim import aptrepo, binaries, controlplane_object, identity, node_pods, nvidia_chart, templates
 from capi_gpu.sim import webhook as simhook
 from capi_gpu.sim.controlplane import ControlPlane, Options, free_port
 from capi_gpu.sim.fleet import Fleet, FleetConfig
@@ -41,12 +41,10 @@ from capi_gpu.sim.robot import RobotSim
 
 T = TypeVar("T")
 HOSTS = ours("hetznergpuhosts")
+CLUSTERS = ours("hetznergpuclusters")
 DRA_CLAIMS = binaries.REPO / "config" / "dra" / "claims"
 DRA_CLASSES = binaries.REPO / "config" / "dra"
-NVIDIA_CLASSES = [  # what NVIDIA's DRA chart installs (the chart itself can't run here)
-    ("mig.nvidia.com", 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"'),
-    ("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"'),
-]
+ADDONS_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -70,6 +68,14 @@ class WorldConfig:
     # plane's CA; installed once it listens, so it fails closed while the operator is down, as in a cluster.
     # Off by default until the e2e suite has run with it (docs/webhook.md).
     webhook: bool = False
+    # The operator installs the workload cluster's DRA add-ons (NVIDIA's chart from its archive in
+    # ../shared/upstream, the gate driver, the claim templates) through its Ansible run, as in a user's
+    # cluster, and start() waits for AddonsReady. Without it (--no-addons) the world applies the same chart
+    # render and the shipped manifests itself. On in `dev up` and e2e/flow/test_addons_from_nothing.py; off
+    # elsewhere because the run adds ~18 s to each world's start on the 2-core CI machine (measured
+    # 21:55 UTC, 3 Dec 2026: world up 32 s with it), about 3 min over CI's ~10 worlds, which a suite at 56 of
+    # its 60 min can't take; what the other worlds test doesn't depend on who applied the chart.
+    addons: bool = False
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -99,6 +105,8 @@ class World:
         self.operator_kubeconfig: Path | None = None  # set when the operator runs as its ServiceAccount
         self.node_pods: node_pods.NodePods | None = None
         self.webhook_port = free_port() if config.webhook else 0
+        self.addons_seconds: float | None = None
+        """How long start() waited, once the operator ran, for its add-ons run to set AddonsReady=True."""
 
     @property
     def k(self) -> Kube:
@@ -117,12 +125,15 @@ class World:
             repo = aptrepo.ensure_repo(cfg.kubernetes_version, cfg.driver_branch)
             self.repo = repo
             self.fleet = Fleet(FleetConfig(hosts=cfg.hosts, apt_repo=repo), robot=self.robot).start()
-            self.fleet.attach_workload(self.kube)
+            # No kubelet publishes NVIDIA slices until the chart's DaemonSet runs a plugin pod on its node:
+            # node_pods decides that, as the DaemonSet controller would.
+            self.fleet.attach_workload(self.kube, publish_dra=False)
             # The NVIDIA plugin's pod and the kubelet's side of pod deletion (relayout, drains, evictions).
             fleet = self.fleet
             self.node_pods = node_pods.NodePods(self.cp.kube(), lambda: list(fleet.kubelets.values())).start()
             self._namespace_and_secrets()
-            self._dra_classes()
+            if not cfg.addons:
+                self._addons_by_hand()
             self.register_hosts()
             self.apply_cluster()
             if cfg.operator_rbac:
@@ -131,6 +142,8 @@ class World:
             self.start_operator()
             if cfg.webhook:
                 self._install_webhook()
+            if cfg.addons:
+                self.wait_addons_ready()
         except BaseException:
             self.stop()
             raise
@@ -200,17 +213,28 @@ class World:
             f"- mkdir -p /run/cluster-api && echo success > {domain.BOOTSTRAP_SENTINEL}\n"
         )
 
-    def _dra_classes(self) -> None:
-        for name, expr in NVIDIA_CLASSES:
-            self.k.apply(
-                DEVICECLASSES,
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": name},
-                    "spec": {"selectors": [{"cel": {"expression": expr}}]},
-                },
-            )
+    def wait_addons_ready(self, timeout: float = ADDONS_TIMEOUT_S) -> dict[str, Any]:
+        """Until the operator's add-ons run set AddonsReady=True on the world's HetznerGPUCluster; returns the
+        condition. ``addons_seconds``: how long this waited (called right after the operator started)."""
+        t0 = time.monotonic()
+
+        def ready() -> dict[str, Any] | None:
+            obj = self.k.get_or_none(CLUSTERS, self.config.cluster, self.config.namespace) or {}
+            conds = (obj.get("status") or {}).get("conditions") or []
+            cond = next((c for c in conds if c.get("type") == "AddonsReady"), None)
+            if self.operator is not None and self.operator.poll() is not None:
+                raise RuntimeError(f"the operator exited ({self.operator.returncode}); see {self.config.state_dir}")
+            return cond if cond is not None and cond.get("status") == "True" else None
+
+        cond = wait_for("AddonsReady=True on the HetznerGPUCluster", ready, timeout, interval=0.5)
+        self.addons_seconds = time.monotonic() - t0
+        return cond
+
+    def _addons_by_hand(self) -> None:
+        """What the operator's add-ons run would install, for worlds that run it with --no-addons: the chart's
+        objects from the real chart's render (its DeviceClasses and kubelet-plugin DaemonSet among them),
+        the gate DeviceClass and the claim templates in the world's namespace."""
+        nvidia_chart.install(self.k)
         for path in sorted(DRA_CLASSES.glob("*deviceclass*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc:
@@ -234,7 +258,7 @@ class World:
         assert self.fleet is not None
         number = max(self.fleet.hosts, default=self.fleet.config.first_server_number - 1) + 1
         self.fleet.add_host(number)
-        self.fleet.attach_workload(self.k)
+        self.fleet.attach_workload(self.k, publish_dra=False)
         self.register_hosts([number])
         return number
 
@@ -295,9 +319,7 @@ class World:
             str(self.config.state_dir / "artifacts"),
             "--playbook-vars",
             str(self.playbook_vars_file()),
-            # The world creates NVIDIA's DeviceClasses itself (below); the add-ons are tested on their own
-            # apiserver (tests/integration/test_cluster_addons.py).
-            "--no-addons",
+            *self._addons_args(),
             *self.config.operator_args,
             *self._webhook_args(),
             *(extra or []),
@@ -309,6 +331,12 @@ class World:
         self.operator = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
         log.close()  # the operator has its own copy of the descriptor; ours would leak (ResourceWarning)
         return self.operator
+
+    def _addons_args(self) -> list[str]:
+        if not self.config.addons:
+            return ["--no-addons"]  # the world applied the same objects itself (_addons_by_hand)
+        # The chart from its archive, as tests and CI install it; a user's operator pulls it from the registry.
+        return ["--addons-chart", str(nvidia_chart.CHART), "--helm", str(binaries.ensure_helm())]
 
     def _webhook_args(self) -> list[str]:
         if not self.config.webhook:

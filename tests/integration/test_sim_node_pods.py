@@ -1,10 +1,15 @@
-"""The simulated nodes' pods on the real apiserver: one NVIDIA plugin pod per publishing node (owned by an
-existing DaemonSet, recreated when gone, with the label `capi-gpu nodes relayout` selects by default),
-deleting it re-enumerates the GPU, and a deleted pod bound to a simulated node is confirmed gone instead of
-staying Terminating."""
+"""The simulated nodes' pods on the real apiserver, keyed off the NVIDIA chart's own kubelet-plugin DaemonSet
+(rendered from the dra-driver-nvidia-gpu 0.4.1 archive with our values): no DaemonSet, no plugin pod and no
+NVIDIA slices; with it, one pod per node it fits, owned by it and matching its selector, and the node
+publishes; deleting the pod re-enumerates the GPU (with the label `capi-gpu nodes relayout` selects by);
+deleting the DaemonSet removes the pod and the slices. The chart's DaemonSet fits a capi-gpu GPU node only
+with our values' affinity. A deleted pod bound to a simulated node is confirmed gone instead of staying
+Terminating."""
 
 from __future__ import annotations
 
+import copy
+import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,28 +17,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import yaml
 
-from capi_gpu.kube import NODES, PODS, Kube
+from capi_gpu import domain
+from capi_gpu.kube import NAMESPACES, NODES, PODS, RESOURCESLICES, Kube, Res
 from capi_gpu.relayout import Relayout
-from capi_gpu.sim import node_pods
+from capi_gpu.sim import daemonset_fit, dra_publisher, node_pods, nvidia_chart
 
 pytestmark = pytest.mark.integration
 
-
-@dataclass
-class FakePublisher:
-    restarts: int = 0
-
-    def restart(self) -> None:
-        self.restarts += 1
+SERVICEACCOUNTS = Res("", "v1", "serviceaccounts")
+GPU = dra_publisher.GpuFacts(
+    "GPU-1", "NVIDIA RTX PRO 6000", "Blackwell", "NvidiaRTX", "0000:01:00.0", "580.95.05", "13.0", "12.0", 97887, True
+)
+MIG = dra_publisher.MigFacts("1g.24gb", 14, 1, 0, 1, "MIG-1", 46, 1, 1, 1, 1, 0, 24000)
 
 
 @dataclass
-class FakeKubelet:
-    """What NodePods reads of a SimKubelet: its node, and its publisher once the plugin publishes."""
+class PluginKubelet:
+    """The part of SimKubelet NodePods drives: ``publish_dra`` gates the NVIDIA plugin, which (as in
+    SimKubelet._dra_tick) starts a real publisher once allowed, so its slices land on the apiserver."""
 
+    kube: Kube
     node_name: str | None
-    publisher: FakePublisher | None = field(default_factory=FakePublisher)
+    publish_dra: bool = False
+    publisher: dra_publisher.DraPublisher | None = None
+    restarts: list[float] = field(default_factory=list)
+
+    def tick(self) -> None:
+        if self.publish_dra and self.publisher is None and self.node_name:
+            uid = self.kube.get(NODES, self.node_name)["metadata"]["uid"]
+            pub = dra_publisher.DraPublisher(self.kube, self.node_name, uid, lambda: (GPU, [MIG]))
+            pub.start()
+            self.publisher = pub
 
 
 def _until(what: str, fn: Callable[[], Any], timeout: float = 20.0) -> Any:
@@ -45,49 +61,160 @@ def _until(what: str, fn: Callable[[], Any], timeout: float = 20.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def gpu_node(name: str, labelled: bool = True) -> dict[str, Any]:
+    """A GPU node as our bootstrap registers it: the gpu label (--node-labels) and the startup taint."""
+    labels = {domain.LABEL_GPU_PRESENT: "true"} if labelled else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [{"key": domain.NODE_STARTUP_TAINT, "effect": "NoSchedule"}]},
+    }
+
+
 @pytest.fixture
 def node(kube: Kube) -> Iterator[str]:
     name = f"sim-{uuid.uuid4().hex[:6]}"
-    kube.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    kube.create(NODES, gpu_node(name))
     yield name
     kube.delete(NODES, name)
 
 
-def _plugin_pods(kube: Kube, node: str) -> list[dict[str, Any]]:
+@pytest.fixture
+def chart_daemonset(kube: Kube) -> Iterator[dict[str, Any]]:
+    """The chart's kubelet-plugin DaemonSet and its ServiceAccount, as helm creates them; deleted after."""
+    kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": nvidia_chart.NAMESPACE}})
+    for sa in (d for d in nvidia_chart.rendered() if d["kind"] == "ServiceAccount"):
+        kube.apply(SERVICEACCOUNTS, copy.deepcopy(sa), nvidia_chart.NAMESPACE)
+    yield copy.deepcopy(nvidia_chart.kubelet_plugin_daemonset())
+    kube.delete(node_pods.DAEMONSETS, node_pods.PLUGIN_DAEMONSET, node_pods.PLUGIN_NAMESPACE)
+
+
+def _plugin_pods(kube: Kube, node: str, running: bool = True) -> list[dict[str, Any]]:
     return [
         p
         for p in kube.list(PODS, node_pods.PLUGIN_NAMESPACE, label_selector=node_pods.PLUGIN_SELECTOR)
         if p["spec"].get("nodeName") == node
         and not p["metadata"].get("deletionTimestamp")
-        and (p.get("status") or {}).get("phase") == "Running"
+        and (not running or (p.get("status") or {}).get("phase") == "Running")
     ]
 
 
-def test_plugin_pod_is_kept_and_its_deletion_re_enumerates(kube: Kube, node: str) -> None:
-    kubelet = FakeKubelet(node)
+def _slices(kube: Kube, node: str) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={node}")
+        if s["spec"]["driver"] == domain.NVIDIA_DRIVER
+    ]
+
+
+def _run(kube: Kube, kubelet: PluginKubelet) -> node_pods.NodePods:
+    """NodePods, and the kubelet's own loop beside it (the real one polls too)."""
     pods = node_pods.NodePods(kube, lambda: [kubelet], poll_s=0.1).start()
+    original = pods._tick
+
+    def tick() -> None:
+        original()
+        kubelet.tick()
+
+    pods._tick = tick  # type: ignore[method-assign]
+    return pods
+
+
+def test_the_charts_daemonset_fits_our_gpu_nodes_only_with_our_values() -> None:
+    ds = nvidia_chart.kubelet_plugin_daemonset()
+    assert ds["metadata"]["name"] == node_pods.PLUGIN_DAEMONSET
+    assert ds["metadata"]["namespace"] == node_pods.PLUGIN_NAMESPACE
+    key, _, value = node_pods.PLUGIN_SELECTOR.partition("=")
+    assert ds["spec"]["selector"]["matchLabels"][key] == value
+    spec = ds["spec"]["template"]["spec"]
+    assert daemonset_fit.misfit(spec, gpu_node("gex131-1")) is None
+    assert daemonset_fit.misfit(spec, gpu_node("cpu-1", labelled=False)) is not None
+    # Why our values set the affinity: the chart's default wants NFD's or the GPU Operator's labels, which
+    # capi-gpu nodes never get, so its plugin would run on none of them.
+    with tarfile.open(nvidia_chart.CHART) as tgz:
+        member = tgz.extractfile("dra-driver-nvidia-gpu/values.yaml")
+        assert member is not None
+        chart_default = yaml.safe_load(member.read())["kubeletPlugin"]["affinity"]
+    assert daemonset_fit.misfit({**spec, "affinity": chart_default}, gpu_node("gex131-1")) is not None
+
+
+def test_no_daemonset_no_plugin_and_no_slices_then_the_charts_daemonset_runs_it(
+    kube: Kube, node: str, chart_daemonset: dict[str, Any]
+) -> None:
+    kubelet = PluginKubelet(kube, node)
+    pods = _run(kube, kubelet)
+    try:
+        _until("a tick that found no DaemonSet", lambda: "no DaemonSet" in pods.misfits.get(node, ""))
+        time.sleep(0.5)  # several more ticks: still nothing
+        assert not _plugin_pods(kube, node, running=False) and not _slices(kube, node)
+        assert not kubelet.publish_dra and kubelet.publisher is None
+
+        ds = kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+        pod = _until("the plugin pod, Running", lambda: _plugin_pods(kube, node))[0]
+        owner = pod["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"]) == (
+            "DaemonSet",
+            ds["metadata"]["name"],
+            ds["metadata"]["uid"],
+        )
+        assert owner["controller"] is True
+        selector = ds["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod["metadata"]["labels"].items()
+        assert pod["spec"]["serviceAccountName"] == ds["spec"]["template"]["spec"]["serviceAccountName"]
+        assert _until("the node's NVIDIA slices", lambda: _slices(kube, node))
+        # The label the relayout command restarts by, so its default selector finds the chart's pod.
+        k, _, v = Relayout.plugin_selector.partition("=")
+        assert pod["metadata"]["labels"].get(k) == v
+
+        kube.delete(node_pods.DAEMONSETS, node_pods.PLUGIN_DAEMONSET, node_pods.PLUGIN_NAMESPACE)
+        _until("the plugin pod gone", lambda: not _plugin_pods(kube, node, running=False))
+        _until("the node's slices gone", lambda: not _slices(kube, node))
+        assert not kubelet.publish_dra and kubelet.publisher is None
+    finally:
+        pods.stop()
+        if kubelet.publisher is not None:
+            kubelet.publisher.stop()
+
+
+def test_a_node_the_daemonset_does_not_fit_gets_no_plugin(kube: Kube, chart_daemonset: dict[str, Any]) -> None:
+    name = f"cpu-{uuid.uuid4().hex[:6]}"
+    kube.create(NODES, gpu_node(name, labelled=False))
+    kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+    kubelet = PluginKubelet(kube, name)
+    pods = _run(kube, kubelet)
+    try:
+        _until("a tick that found the node misfit", lambda: "nodeAffinity" in pods.misfits.get(name, ""))
+        time.sleep(0.5)
+        assert not _plugin_pods(kube, name, running=False) and not _slices(kube, name)
+    finally:
+        pods.stop()
+        kube.delete(NODES, name)
+
+
+def test_deleting_the_plugin_pod_re_enumerates(kube: Kube, node: str, chart_daemonset: dict[str, Any]) -> None:
+    kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+    kubelet = PluginKubelet(kube, node)
+    pods = _run(kube, kubelet)
     try:
         first = _until("the plugin pod, Running", lambda: _plugin_pods(kube, node))[0]
-        # Owned by a DaemonSet that exists (so drains skip it, and the garbage collector keeps it).
-        owner = first["metadata"]["ownerReferences"][0]
-        daemonset = kube.get(node_pods.DAEMONSETS, owner["name"], node_pods.PLUGIN_NAMESPACE)
-        assert (owner["kind"], owner["uid"]) == ("DaemonSet", daemonset["metadata"]["uid"])
-        # The label the relayout command restarts by, so the default selector finds it.
-        assert Relayout.plugin_selector.split("=") in [list(kv) for kv in node_pods.PLUGIN_LABELS.items()]
+        assert _until("slices", lambda: _slices(kube, node))
         kube.delete(PODS, first["metadata"]["name"], node_pods.PLUGIN_NAMESPACE)  # as relayout does
         second = _until(
             "a new plugin pod, Running",
             lambda: [p for p in _plugin_pods(kube, node) if p["metadata"]["name"] != first["metadata"]["name"]],
         )[0]
         assert second["metadata"]["ownerReferences"] == first["metadata"]["ownerReferences"]
-        assert kubelet.publisher is not None and kubelet.publisher.restarts == 1
         assert pods.restarts[node] == 1
+        assert _slices(kube, node), "the restarted plugin publishes again"
     finally:
         pods.stop()
+        if kubelet.publisher is not None:
+            kubelet.publisher.stop()
 
 
 def test_a_deleted_pod_on_a_simulated_node_goes_away(kube: Kube, namespace: str, node: str) -> None:
-    idle = FakeKubelet(node, publisher=None)  # joined, plugin not publishing: no plugin pod
+    idle = PluginKubelet(kube, node)  # joined, no DaemonSet: no plugin pod
     pods = node_pods.NodePods(kube, lambda: [idle], poll_s=0.1).start()
     try:
         body = {
