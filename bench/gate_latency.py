@@ -11,7 +11,9 @@ Run: ``.venv/bin/python bench/gate_latency.py [--nodes 20] [--pods N]``. Starts 
 (kine, apiserver, scheduler, controller-manager, CAPI), builds N joined GPU machines by hand
 (``capi_gpu.sim.gate_world``), runs one gate in-process, publishes each node's complete pool one by one,
 then deletes every pool and publishes them all at once (a fleet-wide driver restart), then schedules
-``--pods`` pods (default: one per node) with the shipped ``mig-1g-24gb`` claim template.
+``--pods`` pods (default: one per node), one after the other, with the shipped ``mig-1g-24gb`` claim
+template and times each from create to ``spec.nodeName`` (issue 15 goal: p50 <= 1 s on a ready node;
+it was 5.5 s while every gate device carried binding conditions and kube-scheduler polled them every 5 s).
 Prints one JSON line and a short table.
 """
 
@@ -39,6 +41,7 @@ from capi_gpu.sim.controlplane import ControlPlane, Options
 from capi_gpu.sim.gate_world import GateWorld
 
 GOAL_P99_S = 1.0
+POD_GOAL_P50_S = 1.0  # issue 15: pod create -> bound on a GPU-ready node
 
 
 class Running:
@@ -121,25 +124,20 @@ async def measure(cp: ControlPlane, nodes: int, pods: int, workdir: Path) -> dic
         await until("every node untainted", lambda: all(untainted(gate, g.node) for g in gpus), 60)
         burst_all = time.monotonic() - start
         burst = list(gate.latencies)
-        created: dict[str, float] = {}
+        # Pod create -> bound on nodes that are GPU ready, one pod at a time so each figure is the pod's own
+        # path (claim from the template, allocation, PreBind, bind), not a queue behind the others.
+        bound: list[float] = []
         for i in range(pods):
             name = f"p{i}"
-            created[name] = time.monotonic()
+            start = time.monotonic()
             await asyncio.to_thread(kube.create, PODS, pod_body(name), namespace)
-        bound: dict[str, float] = {}
-
-        def all_bound() -> bool:
-            for pod in kube.list(PODS, namespace):
-                name = pod["metadata"]["name"]
-                if pod["spec"].get("nodeName") and name not in bound:
-                    bound[name] = time.monotonic() - created[name]
-            return len(bound) == pods
-
-        deadline = time.monotonic() + 180
-        while not await asyncio.to_thread(all_bound):
-            if time.monotonic() > deadline or task.done():
-                raise SystemExit(f"only {len(bound)} of {pods} pods bound")
-            await asyncio.sleep(0.5)
+            await until(
+                f"{name} bound",
+                lambda n=name: bool(kube.get(PODS, n, namespace)["spec"].get("nodeName")) or task.done(),
+                180,
+                0.01,
+            )
+            bound.append(time.monotonic() - start)
         if task.done():
             raise SystemExit(f"the gate ended: {task.exception()!r}")
         untaint, claims = one_by_one, list(gate.claim_latencies)
@@ -153,9 +151,13 @@ async def measure(cp: ControlPlane, nodes: int, pods: int, workdir: Path) -> dic
             "burst_all_untainted_s": burst_all,
             "claim_condition": summary(claims),
             "claim_samples": len(claims),
-            "pod_create_to_bound_p50_s": pct(list(bound.values()), 50),
+            "pod_create_to_bound": summary(bound),
+            "pod_create_to_bound_p50_s": pct(bound, 50),
+            "pod_create_to_bound_p99_s": pct(bound, 99),
             "goal_p99_s": GOAL_P99_S,
-            "goal_met": bool(untaint) and bool(claims) and max(pct(untaint, 99), pct(claims, 99)) <= GOAL_P99_S,
+            "goal_met": bool(untaint) and max([pct(untaint, 99), *([pct(claims, 99)] if claims else [])]) <= GOAL_P99_S,
+            "pod_goal_p50_s": POD_GOAL_P50_S,
+            "pod_goal_met": pct(bound, 50) <= POD_GOAL_P50_S,
         }
     finally:
         task.cancel()
@@ -172,16 +174,16 @@ def table(result: dict[str, Any]) -> str:
         ("slice seen -> taint lifted (gate)", result["untaint"], result["untaint_samples"]),
         ("slice create -> taint lifted (e2e)", result["publish_to_untaint_e2e"], result["nodes"]),
         ("all pools at once: seen -> lifted (gate)", result["burst_untaint"], result["nodes"]),
-        ("allocation seen -> condition (gate)", result["claim_condition"], result["claim_samples"]),
+        ("pod create -> bound, ready node", result["pod_create_to_bound"], result["pods"]),
     ]
+    if result["claim_samples"]:  # only claims allocated while a node was not ready carry binding conditions
+        rows.append(("allocation seen -> condition (gate)", result["claim_condition"], result["claim_samples"]))
     lines = [f"{'hop':<42} {'n':>4} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"]
     for label, s, n in rows:
         lines.append(f"{label:<42} {n:>4} {s['p50_ms']:>8.1f} {s['p99_ms']:>8.1f} {s['max_ms']:>8.1f}")
     verdict = "met" if result["goal_met"] else "MISSED"
-    lines.append(
-        f"pod create -> bound p50 {result['pod_create_to_bound_p50_s']:.1f} s (kube-scheduler re-checks binding "
-        f"conditions every 5 s); goal p99 <= {GOAL_P99_S:.0f} s: {verdict}"
-    )
+    pods = "met" if result["pod_goal_met"] else "MISSED"
+    lines.append(f"gate hops p99 <= {GOAL_P99_S:.0f} s: {verdict}; pod -> bound p50 <= {POD_GOAL_P50_S:.0f} s: {pods}")
     return "\n".join(lines)
 
 

@@ -62,6 +62,9 @@ class ClusterGate:
         self._allocated_seen: dict[tuple[str, str], float] = {}
         self._node_retry: dict[str, float] = {}
         self._not_targets: set[str] = set()
+        # When each node's verdict last turned not ready (monotonic): claims the gate saw allocated before
+        # it were placed on a ready GPU and keep their gate devices NoSchedule, the rest become NoExecute.
+        self._not_ready_since: dict[str, float] = {}
         self.claim_latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         """Seconds from the informer seeing a claim's gate allocation to our binding condition written."""
 
@@ -209,6 +212,10 @@ class ClusterGate:
         verdict = decisions.pool_verdict(self.slices.values(), name, target.expected)
         before = self.verdicts.get(name)
         self.verdicts[name] = verdict
+        if verdict.ready:
+            self._not_ready_since.pop(name, None)
+        else:
+            self._not_ready_since.setdefault(name, time.monotonic())
         try:
             if not await self._write_node(node, verdict):
                 # The node went while we decided: forget it, and write no gate slice or Machine for a ghost.
@@ -256,20 +263,38 @@ class ClusterGate:
         current = self.slices.get(slice_name)
         generation = int((current or {}).get("spec", {}).get("pool", {}).get("generation", 0))
         uid = node["metadata"]["uid"]
-        desired = decisions.gate_slice(name, max(1, generation), devices=devices, ready=verdict.ready, node_uid=uid)
+        held = self._held_devices(name)
+        desired = decisions.gate_slice(
+            name, max(1, generation), devices=devices, ready=verdict.ready, node_uid=uid, held=held
+        )
         if current is not None and _devices(current) == _devices(desired):
             return
         try:
             if current is None:
                 self.slices[slice_name] = await self.wl.create(RESOURCESLICES, desired)
             else:
-                desired = decisions.gate_slice(name, generation + 1, devices=devices, ready=verdict.ready, node_uid=uid)
+                desired = decisions.gate_slice(
+                    name, generation + 1, devices=devices, ready=verdict.ready, node_uid=uid, held=held
+                )
                 desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 self.slices[slice_name] = await self.wl.replace(RESOURCESLICES, desired)
         except Conflict:
             fresh = await self.wl.get_or_none(RESOURCESLICES, slice_name)
             if fresh is not None:
                 self.slices[slice_name] = fresh
+
+    def _held_devices(self, node: str) -> frozenset[str]:
+        """Gate devices on ``node`` held by claims seen allocated before the node turned not ready."""
+        since = self._not_ready_since.get(node)
+        if since is None:
+            return frozenset()
+        return frozenset(
+            str(r.get("device", ""))
+            for key, claim in self.claims.items()
+            if self._allocated_seen.get(key, since) < since
+            for r in decisions.gate_results(claim, gated_only=False)
+            if r.get("pool") == node
+        )
 
     async def _write_machine(self, capi_machine: str, verdict: decisions.PoolVerdict) -> None:
         obj = await self.deps.kube.get_or_none(CAPI_MACHINES, capi_machine, self.namespace)

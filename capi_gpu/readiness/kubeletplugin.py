@@ -3,7 +3,7 @@
 Why it has to exist at all: before the kubelet starts a pod it calls NodePrepareResources on the plugin
 of every driver named in the pod's claim allocations, and a driver without a registered plugin fails the
 pod ("DRA driver ... is not registered"). The gate device has nothing to prepare (its whole job is done
-in the scheduler's PreBind, through binding conditions), so every claim is answered with success and no
+in the scheduler, through its taint and binding conditions), so every claim is answered with success and no
 CDI devices, and the MIG device keeps coming from NVIDIA's plugin.
 
 How it talks to the kubelet, as ``k8s.io/dynamic-resource-allocation/kubeletplugin`` does:

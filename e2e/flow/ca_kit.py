@@ -69,12 +69,19 @@ def placement(world: World) -> dict[str, str | None]:
 
 
 def all_bound(world: World, names: list[str]) -> dict[str, str] | None:
-    """Every named workload's pod bound, and its gate condition written True; else None."""
+    """Every named workload's pod bound through the gate: allocated a GPU-ready node's bare gate device (no
+    binding conditions to answer), or one with binding conditions the gate answered True; else None."""
     got = placement(world)
     if set(got) != set(names) or any(n is None for n in got.values()):
         return None
     for p in pods(world).values():
         claim = pod_claim(world, p["metadata"]["name"])
+        results = (((claim or {}).get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        gate = [r for r in results if r.get("driver") == domain.GATE_DRIVER]
+        if not gate:
+            return None
+        if not any(r.get("bindingConditions") for r in gate):
+            continue
         conds = next(
             (
                 {c["type"]: c["status"] for c in d.get("conditions") or []}

@@ -181,12 +181,19 @@ def test_node_never_gpu_ready(fleet: Fleet) -> None:
     ns = fleet.world.config.namespace
     fleet.k.apply(PODS, devflow.claim_pod("rb-demo"), ns)
     wait_for("rb-demo bound", lambda: fleet.pod_node("rb-demo", ns), timeout=120)
-    assert f"{domain.GATE_BINDING_CONDITION}=True" in fleet.run("gpu-ready-claims")
+    # On a GPU-ready node the gate device is bare: the pod bound without waiting, no condition to write.
+    assert "rb-demo" in fleet.run("gpu-ready-claims") and domain.GATE_BINDING_CONDITION not in fleet.run(
+        "gpu-ready-claims"
+    )
 
-    # An XID on a device: the same reading must now name DeviceTainted, and the gate device is tainted.
+    # An XID on one device: that device's problem, the node stays ready and the reading names the device.
     publisher = fleet.world.fleet.kubelets[fleet.server].publisher if fleet.world.fleet else None
     assert publisher is not None
     device = publisher.add_xid_taint()
+    fleet.run_until("gpu-ready-node", lambda out: "True Ready:" in out and device in out)
+    # An XID on every device: nothing usable is left, the reading names DeviceTainted and the gate device is tainted.
+    for other in [d["name"] for d in publisher.devices if d["name"] != device]:
+        publisher.add_xid_taint(other)
     fleet.wait_gpu_ready("DeviceTainted")
     tainted = fleet.run("gpu-ready-node")
     assert "False DeviceTainted:" in tainted and device in tainted

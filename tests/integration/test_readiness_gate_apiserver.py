@@ -218,9 +218,11 @@ def test_gate_slice_and_claim_status(kubectl: Kubectl) -> None:
 
 def test_unready_gate_slice_with_device_taint_validates(kubectl: Kubectl) -> None:
     node = create_node(kubectl, "gex131-t")
-    gate = decisions.gate_slice("gex131-t", 2, ready=False, node_uid=node["metadata"]["uid"])
+    uid = node["metadata"]["uid"]
+    gate = decisions.gate_slice("gex131-t", 2, devices=2, ready=False, node_uid=uid, held=frozenset({"gate-0"}))
     kubectl.ok("create", "-f", "-", body=gate, as_writer=True)
-    (device,) = kubectl.get("resourceslice", gate["metadata"]["name"])["spec"]["devices"]
-    (taint,) = device["taints"]
-    assert (taint["key"], taint["effect"]) == (domain.GATE_DEVICE_TAINT, "NoSchedule")
-    assert "timeAdded" in taint  # set by the apiserver
+    held, free = kubectl.get("resourceslice", gate["metadata"]["name"])["spec"]["devices"]
+    for device, effect in ((held, "NoSchedule"), (free, "NoExecute")):
+        (taint,) = device["taints"]
+        assert (taint["key"], taint["effect"]) == (domain.GATE_DEVICE_TAINT, effect)
+        assert "timeAdded" in taint  # set by the apiserver

@@ -2,25 +2,35 @@
 
 NVIDIA's slices carry no ``bindingConditions`` and belong to NVIDIA's kubelet plugin, so we publish our
 own node-local pool of ``gate-<i>`` devices, one per GPU device the node's layout promises. The shipped
-ResourceClaimTemplates ask for a MIG device *and* a gate device; kube-scheduler copies the gate's binding
-conditions into the allocation and waits in PreBind (polling every 5 s) until ``status.devices[]`` for the gate says
-``gpu-ready`` True (bind) or ``gpu-failed`` True (deallocate and try again, possibly elsewhere).
+ResourceClaimTemplates ask for a MIG device *and* a gate device.
+
+**Binding conditions only while the node is not GPU ready.** kube-scheduler (1.36) waits in PreBind on a
+device's ``bindingConditions`` by polling the claim every 5 s, with the first look right after it wrote
+the allocation, before anyone could have answered; so every gated pod paid one full 5 s poll (pod create
+-> bound p50 5.5 s even on a node ready for hours). A result without binding conditions returns from
+PreBind at once. Hence two shapes of the gate device (``gate_slice``):
+
+* node GPU ready: a bare device. The allocator copies no binding conditions, the pod binds at once;
+* node not ready: ``bindingConditions``/``bindingFailureConditions`` plus a device taint, so new
+  allocations avoid the node even for pods that tolerate its startup taint, and any allocation that
+  does happen (a claim tolerating the taint) still waits for our verdict in PreBind.
+
+**The race, closed by the taint's effect.** A scheduler whose slice informer still shows the ready shape
+when the node turns not ready can allocate a bare gate device and bind at once; nothing can veto that
+bind. So the not-ready shape taints every gate device that no claim held while the node was ready
+``NoExecute``: kube-controller-manager's device-taint eviction controller then deletes any pod
+allocated such a device from the stale view, wherever our own watch is. Devices held by claims the gate saw
+allocated while the node was ready get ``NoSchedule`` only: their pods were placed on a ready GPU and
+keep running (a driver restart must not evict every workload); the driver's own taints speak for the
+device itself.
 
 Co-location needs no ``matchAttribute`` constraint: both the NVIDIA slice and the gate slice set
 ``nodeName``, and the allocator only offers a pod node-local devices of the node it is filtering, so
-both results always name the pod's node as their pool. NVIDIA publishes no node-valued attribute a
-constraint could match on anyway (``pcieRoot``/``pciBusID`` do not exist on our device). We still check
-it, and fail the claim if it ever does not hold.
+both results always name the pod's node as their pool. We still check it, and fail the claim if it
+ever does not hold. ``bindsToNode`` is left unset: a ``nodeName`` slice already pins the allocation.
 
-``bindsToNode`` is left unset: the allocator already pins an allocation that uses any ``nodeName`` slice
-to that node (``allocation.nodeSelector`` = the node), which is exactly what ``bindsToNode`` would add.
-It only matters for devices reachable from many nodes.
-
-While the node is not GPU ready the gate device carries a ``NoSchedule`` device taint: a pod that
-tolerates node taints wholesale (``operator: Exists``) would otherwise be allocated, failed and
-re-allocated on the same node in a loop, as the KEP warns; with the taint the allocator moves on.
-
-Policy (``claim_gate_decision``), measured from ``allocation.allocationTimestamp``:
+Policy for a claim whose gate result carries binding conditions (``claim_gate_decision``; a bare result
+is ``NOT_GATED``), measured from ``allocation.allocationTimestamp``:
 
 * bind when the node's verdict is Ready and every GPU result is in the node's current pool without a
   ``NoSchedule``/``NoExecute`` taint the result does not tolerate;
@@ -32,9 +42,7 @@ Policy (``claim_gate_decision``), measured from ``allocation.allocationTimestamp
   pool), for at most ``grace`` (60 s, well under the scheduler's 600 s ``bindingTimeout``, so the pod
   gets a reason and another node instead of a silent timeout); then fail.
 
-Decisions are sticky: once either condition is True on the claim nothing more is written. A node that
-goes bad after binding is handled by the node taint and the driver's device taints, not by rewriting a
-claim the scheduler no longer reads.
+Decisions are sticky: once either condition is True on the claim nothing more is written.
 """
 
 from __future__ import annotations
@@ -107,7 +115,13 @@ def gate_device_count(expected: pools.ExpectedPool) -> int:
 
 
 def gate_slice(
-    node_name: str, generation: int, *, devices: int = 1, ready: bool = True, node_uid: str | None = None
+    node_name: str,
+    generation: int,
+    *,
+    devices: int = 1,
+    ready: bool = True,
+    node_uid: str | None = None,
+    held: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The ResourceSlice our gate driver publishes for one GPU node (one pool, one slice).
 
@@ -117,9 +131,10 @@ def gate_slice(
     devices busy would never be drained to consolidate; with one gate device per GPU device the gate pool
     is exactly as busy as the GPU pool. Pass ``gate_device_count(expected)``.
 
-    ``ready=False`` (pass the node verdict) taints the gate device ``NoSchedule``, so new allocations
-    avoid the node even for pods that tolerate its startup taint, and a claim failed here is not
-    re-allocated to the same node; allocations already made are untouched. Bump ``generation`` whenever
+    ``ready`` (pass the node verdict) gives bare devices: no binding conditions, so kube-scheduler binds
+    without its 5 s PreBind poll. ``ready=False`` adds the binding conditions and a taint: ``NoSchedule``
+    on the devices named in ``held`` (claimed while the node was ready), ``NoExecute`` on every other one,
+    so a pod allocated one from a stale view is evicted (module docstring). Bump ``generation`` whenever
     the slice changes: consumers trust only the highest. With ``node_uid`` the slice is owned by the
     Node, so deleting the Node garbage-collects it.
     """
@@ -130,13 +145,13 @@ def gate_slice(
         ]
     items: list[dict[str, Any]] = []
     for i in range(max(1, devices)):
-        device: dict[str, Any] = {
-            "name": f"{domain.GATE_DEVICE_NAME}-{i}",
-            "bindingConditions": [domain.GATE_BINDING_CONDITION],
-            "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
-        }
+        name = f"{domain.GATE_DEVICE_NAME}-{i}"
+        device: dict[str, Any] = {"name": name}
         if not ready:
-            device["taints"] = [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
+            effect = "NoSchedule" if name in held else "NoExecute"
+            device["bindingConditions"] = [domain.GATE_BINDING_CONDITION]
+            device["bindingFailureConditions"] = [domain.GATE_FAILURE_CONDITION]
+            device["taints"] = [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": effect}]
         items.append(device)
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -149,6 +164,16 @@ def gate_slice(
             "devices": items,
         },
     }
+
+
+def gate_results(claim: Mapping[str, Any], *, gated_only: bool = True) -> list[Mapping[str, Any]]:
+    """The claim's allocation results on our gate driver; with ``gated_only`` only those the scheduler
+    copied binding conditions into (allocated while the node was not ready)."""
+    allocation = _map(_map(claim.get("status")).get("allocation"))
+    results = [_map(r) for r in _map(allocation.get("devices")).get("results") or []]
+    return [
+        r for r in results if r.get("driver") == domain.GATE_DRIVER and (r.get("bindingConditions") or not gated_only)
+    ]
 
 
 def claim_gate_decision(
@@ -167,8 +192,8 @@ def claim_gate_decision(
     status = _map(claim.get("status"))
     allocation = _map(status.get("allocation"))
     results = [_map(r) for r in _map(allocation.get("devices")).get("results") or []]
-    gates = [r for r in results if r.get("driver") == domain.GATE_DRIVER]
-    if not gates:
+    gates = [r for r in results if r.get("driver") == domain.GATE_DRIVER and r.get("bindingConditions")]
+    if not gates:  # none, or bare: allocated on a ready node, the scheduler binds without us
         return ClaimGateDecision(GateOutcome.NOT_GATED)
     existing = [_map(d) for d in status.get("devices") or []]
     node_name = str(gates[0].get("pool", ""))

@@ -18,8 +18,11 @@ every problem goes into the message):
   itself. Named before ``LayoutMismatch`` because "restart the plugin" is the action to take;
 * ``LayoutMismatch``: the MIG devices (type ``mig``, counted by ``profile``, and by name where the layout
   knows its placements) are not exactly the promised ones; a published full GPU means MIG is off;
-* ``DeviceTainted``: a device carries a ``NoSchedule``/``NoExecute`` taint in its slice (XID, gpu-lost);
-  effect ``None`` is informational and fine. DeviceTaintRules are *not* considered: those are operator
+* ``DeviceTainted``: the GPU is lost (the driver's ``gpu.nvidia.com/gpu-lost`` taint on any device) or
+  no device is left without a ``NoSchedule``/``NoExecute`` taint. One bad MIG device (an XID) does not
+  take the node down: the allocator avoids a tainted device by itself, the claim gate fails only the
+  claims on it, and the node keeps serving its other devices; the Ready verdict's message names it.
+  Effect ``None`` is informational and fine. DeviceTaintRules are *not* considered: those are operator
   decisions (tenant reservations, maintenance), not evidence that the GPU is broken.
 
 Pure: plain dicts in, frozen dataclasses out, no clock needed.
@@ -36,6 +39,7 @@ from typing import Any, Protocol
 from capi_gpu import domain
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+GPU_LOST_TAINT = f"{domain.NVIDIA_XID_TAINT_PREFIX}gpu-lost"  # the driver's NVMLDeviceHealthCheck
 _LIST_LIMIT = 8
 
 
@@ -254,7 +258,7 @@ def pool_verdict(slices: Iterable[Mapping[str, Any]], node_name: str, expected: 
     problems.extend(_stale(devices, expected, generation))
     problems.extend(_layout(pools, devices, expected))
     problems.extend(_tainted(devices))
-    return _verdict(node_name, problems, generation, expected)
+    return _verdict(node_name, problems, generation, expected, note=_tainted_note(devices))
 
 
 def _incomplete_message(pool: CurrentPool) -> str:
@@ -324,18 +328,34 @@ def _layout(pools: Mapping[str, CurrentPool], devices: list[PoolDevice], expecte
     return [Problem(PoolReason.LAYOUT_MISMATCH, "pool differs from the MIG layout: " + "; ".join(parts))]
 
 
-def _tainted(devices: list[PoolDevice]) -> list[Problem]:
+def _tainted_list(devices: list[PoolDevice]) -> str:
     tainted = [f"{d.name} ({', '.join(t.describe() for t in d.blocking_taints)})" for d in devices if d.blocking_taints]
-    if not tainted:
+    return _names(tainted, keep_order=True)
+
+
+def _tainted(devices: list[PoolDevice]) -> list[Problem]:
+    """Node-level only when the GPU is lost or nothing is usable; one device's taint is that device's."""
+    blocked = [d for d in devices if d.blocking_taints]
+    lost = any(t.key == GPU_LOST_TAINT for d in blocked for t in d.blocking_taints)
+    if not blocked or not (lost or len(blocked) == len(devices)):
         return []
-    return [Problem(PoolReason.DEVICE_TAINTED, "tainted by the driver: " + _names(tainted, keep_order=True))]
+    why = "GPU lost" if lost else "no usable device left"
+    return [Problem(PoolReason.DEVICE_TAINTED, f"{why}: tainted by the driver: {_tainted_list(devices)}")]
 
 
-def _verdict(node_name: str, problems: list[Problem], generation: int | None, expected: ExpectedPool) -> PoolVerdict:
+def _tainted_note(devices: list[PoolDevice]) -> str:
+    if not any(d.blocking_taints for d in devices):
+        return ""
+    return f"; tainted by the driver (its claims fail, the other devices serve): {_tainted_list(devices)}"
+
+
+def _verdict(
+    node_name: str, problems: list[Problem], generation: int | None, expected: ExpectedPool, note: str = ""
+) -> PoolVerdict:
     if not problems:
         promised = ", ".join(f"{p}={n}" for p, n in sorted(expected.profiles.items()) if n > 0)
         message = f"pool {node_name} generation {generation} matches the layout ({promised or 'no MIG devices'})"
-        return PoolVerdict(node_name, PoolReason.READY, message, (), generation)
+        return PoolVerdict(node_name, PoolReason.READY, message + note, (), generation)
     order = list(PoolReason)
     ranked = sorted(problems, key=lambda p: order.index(p.reason))
     message = "; ".join(p.message for p in ranked)

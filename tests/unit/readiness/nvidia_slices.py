@@ -146,3 +146,8 @@ def xid_taint(code: int = 79, effect: str = "NoSchedule") -> dict[str, Any]:
         "effect": effect,
         "timeAdded": "2026-09-01T10:00:00Z",
     }
+
+
+def gpu_lost_taint() -> dict[str, Any]:
+    """What the driver's NVMLDeviceHealthCheck puts on every device when NVML reports the GPU lost."""
+    return {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule", "timeAdded": "2026-09-01T10:00:00Z"}

@@ -31,12 +31,12 @@ def world(raw: list[dict[str, Any]], expected: decisions.ExpectedPool = EXPECTED
     return verdicts, decisions.current_pools(raw, NODE)
 
 
-def gate_result() -> dict[str, Any]:
+def gate_result(*, bare: bool = False) -> dict[str, Any]:
+    result = {"request": "gate", "driver": domain.GATE_DRIVER, "pool": NODE, "device": domain.GATE_DEVICE_NAME}
+    if bare:
+        return result
     return {
-        "request": "gate",
-        "driver": domain.GATE_DRIVER,
-        "pool": NODE,
-        "device": domain.GATE_DEVICE_NAME,
+        **result,
         "shareID": SHARE,
         "bindingConditions": [domain.GATE_BINDING_CONDITION],
         "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
@@ -47,12 +47,13 @@ def claim(
     *,
     gpu: dict[str, Any] | None = None,
     gate: bool = True,
+    bare: bool = False,
     devices: list[dict[str, Any]] | None = None,
     allocated: str | None = "2026-09-01T12:00:00Z",
 ) -> dict[str, Any]:
     results = [{"request": "mig", "driver": "gpu.nvidia.com", "pool": NODE, "device": GPU_DEVICE, **(gpu or {})}]
     if gate:
-        results.append(gate_result())
+        results.append(gate_result(bare=bare))
     allocation: dict[str, Any] = {"devices": {"results": results}}
     if allocated:
         allocation["allocationTimestamp"] = allocated
@@ -96,6 +97,8 @@ TAINTED_POOL = slices([nv.mig_device("1g.24gb", 6, taints=[nv.xid_taint()]), *nv
 CASES = [
     Case("ready-binds", claim(), slices(), SOON, GateOutcome.BIND, GateReason.GPU_READY),
     Case("no-gate-device", claim(gate=False), slices(), SOON, GateOutcome.NOT_GATED),
+    # Allocated from the ready shape of the gate slice: the scheduler binds without waiting for anyone.
+    Case("bare-gate-device", claim(bare=True), [], LATE, GateOutcome.NOT_GATED),
     Case("unallocated", {"metadata": {"name": "c"}, "status": {}}, slices(), SOON, GateOutcome.NOT_GATED),
     Case(
         "already-bound",
@@ -176,10 +179,19 @@ CASES = [
         GateReason.DEVICE_TAINTED,
         says="gpu.nvidia.com/xid=79:NoSchedule",
     ),
+    # One bad device is that device's problem: a claim on a healthy sibling binds (issue 15).
     Case(
-        "sibling-tainted-fails-now",
+        "sibling-tainted-still-binds",
         claim(gpu={"device": nv.mig_name("2g.48gb", 0)}),
         TAINTED_POOL,
+        SOON,
+        GateOutcome.BIND,
+        GateReason.GPU_READY,
+    ),
+    Case(
+        "gpu-lost-fails-siblings-too",
+        claim(gpu={"device": nv.mig_name("2g.48gb", 0)}),
+        slices([nv.mig_device("1g.24gb", 6, taints=[nv.gpu_lost_taint()]), *nv.layout_devices(nv.BALANCED[1:])]),
         SOON,
         GateOutcome.FAIL,
         GateReason.NODE_NOT_READY,

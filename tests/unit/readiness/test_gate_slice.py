@@ -42,11 +42,8 @@ def test_gate_slice_shape() -> None:
     assert spec["pool"] == {"name": "gex131-a", "generation": 3, "resourceSliceCount": 1}
     assert spec["nodeName"] == "gex131-a"
     (device,) = spec["devices"]
-    assert device == {
-        "name": "gate-0",
-        "bindingConditions": [domain.GATE_BINDING_CONDITION],
-        "bindingFailureConditions": [domain.GATE_FAILURE_CONDITION],
-    }
+    # Ready: a bare device, so kube-scheduler's PreBind has nothing to poll for (no 5 s wait per pod).
+    assert device == {"name": "gate-0"}
     # nodeName already pins allocations to the node; bindsToNode would only repeat it.
     assert "bindsToNode" not in device
     # Exactly one of nodeName/nodeSelector/allNodes/perDeviceNodeSelection.
@@ -81,12 +78,18 @@ def test_one_exclusive_gate_device_per_gpu_device_of_the_layout() -> None:
     devices = decisions.gate_slice("n", 1, devices=4)["spec"]["devices"]
     assert [d["name"] for d in devices] == ["gate-0", "gate-1", "gate-2", "gate-3"]
     assert not any("allowMultipleAllocations" in d for d in devices)
-    assert all(d["bindingConditions"] == [domain.GATE_BINDING_CONDITION] for d in devices)
+    assert not any("bindingConditions" in d for d in devices)
+    unready = decisions.gate_slice("n", 1, devices=4, ready=False)["spec"]["devices"]
+    assert all(d["bindingConditions"] == [domain.GATE_BINDING_CONDITION] for d in unready)
 
 
 def test_gate_device_is_tainted_while_the_node_is_not_ready() -> None:
-    (device,) = decisions.gate_slice("n", 4, ready=False)["spec"]["devices"]
-    assert device["taints"] == [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
-    assert device["bindingConditions"] == [domain.GATE_BINDING_CONDITION]
-    (ready,) = decisions.gate_slice("n", 5, ready=True)["spec"]["devices"]
-    assert "taints" not in ready
+    # Devices nobody held while the node was ready: NoExecute, so a pod that a lagging scheduler allocated
+    # one from the ready shape is evicted; held ones NoSchedule, their pods were placed on a ready GPU.
+    held, free = decisions.gate_slice("n", 4, devices=2, ready=False, held=frozenset({"gate-0"}))["spec"]["devices"]
+    assert held["taints"] == [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoSchedule"}]
+    assert free["taints"] == [{"key": domain.GATE_DEVICE_TAINT, "value": "true", "effect": "NoExecute"}]
+    assert held["bindingConditions"] == free["bindingConditions"] == [domain.GATE_BINDING_CONDITION]
+    assert held["bindingFailureConditions"] == [domain.GATE_FAILURE_CONDITION]
+    (ready,) = decisions.gate_slice("n", 5, ready=True, held=frozenset({"gate-0"}))["spec"]["devices"]
+    assert ready == {"name": "gate-0"}

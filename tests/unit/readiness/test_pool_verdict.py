@@ -158,12 +158,27 @@ CASES = [
         PoolReason.LAYOUT_MISMATCH,
         ("published more than once: gpu-0-mig-1g24gb-14-6",),
     ),
+    # One bad device (an XID) is that device's problem: the node stays ready and says which (issue 15).
     Case(
-        "xid-noschedule",
+        "xid-on-one-device",
         one([*nv.layout_devices(nv.BALANCED[:2]), nv.mig_device("2g.48gb", 0, taints=[nv.xid_taint(79)])]),
         BALANCED,
+        PoolReason.READY,
+        ("gpu-0-mig-2g48gb-5-0 (gpu.nvidia.com/xid=79:NoSchedule)", "the other devices serve"),
+    ),
+    Case(
+        "xid-on-every-device",
+        one([nv.mig_device(p, s, taints=[nv.xid_taint(79)]) for p, s in nv.BALANCED]),
+        BALANCED,
         PoolReason.DEVICE_TAINTED,
-        ("gpu-0-mig-2g48gb-5-0 (gpu.nvidia.com/xid=79:NoSchedule)",),
+        ("no usable device left", "gpu-0-mig-2g48gb-5-0 (gpu.nvidia.com/xid=79:NoSchedule)"),
+    ),
+    Case(
+        "gpu-lost-noschedule",
+        one([nv.mig_device(p, s, taints=[nv.gpu_lost_taint()]) for p, s in nv.BALANCED]),
+        BALANCED,
+        PoolReason.DEVICE_TAINTED,
+        ("GPU lost", "gpu.nvidia.com/gpu-lost:NoSchedule"),
     ),
     Case(
         "gpu-lost-noexecute",
@@ -236,7 +251,7 @@ def test_pool_verdict(case: Case) -> None:
 
 
 def test_every_problem_is_reported_in_priority_order() -> None:
-    devices = [nv.mig_device("1g.24gb", 6, taints=[nv.xid_taint()]), *nv.layout_devices(nv.BALANCED[1:2])]
+    devices = [nv.mig_device("1g.24gb", 6, taints=[nv.gpu_lost_taint()]), *nv.layout_devices(nv.BALANCED[1:2])]
     expected = dataclasses.replace(BALANCED, host_agrees=False)
     verdict = decisions.pool_verdict(one(devices), NODE, expected)
     assert [p.reason for p in verdict.problems] == [
