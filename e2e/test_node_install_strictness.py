@@ -3,7 +3,8 @@
 module only with the running kernel's headers, nvidia-smi and nvidia-persistenced answer only with the module
 loaded, Ubuntu's persistenced unit turns persistence mode off, nouveau holds the GPU until the initramfs that
 loads it is regenerated with a blacklist, the MIG boot unit gates kubelet, --check predicts without failing, and
-a kernel update landing mid-run gets its module and initramfs and a reboot into it.
+a kernel update landing mid-run gets its module and initramfs and a reboot into it; the default route (auto) takes
+Ubuntu's precompiled module where the archive has it, and a host never gets the other route's driver on top.
 Each test here fails on the playbooks from before these rules."""
 
 from __future__ import annotations
@@ -132,3 +133,28 @@ async def test_a_kernel_update_during_the_run_gets_its_module_and_a_reboot_into_
     assert "nouveau" in json.loads(node.sh("cat", f"/boot/initrd.img-{following}"))["blacklist"]
     assert node.sh("dpkg-query", "-W", "kubelet", ok=False) == "", "the play ends at the reboot request"
     print(f"\nkernel update mid-run: first run {first_s:.1f} s, ends asking for a reboot into {following}")
+
+
+async def test_auto_takes_ubuntus_precompiled_module_where_the_archive_has_it_and_never_mixes_routes(
+    world: Any, node_factory: Any
+) -> None:
+    node: Node = node_factory()
+    started = time.monotonic()
+    first = await node.runner.prepare_node(node.target, site_vars(world.repo, route=None))  # the default: auto
+    first_s = time.monotonic() - started
+    assert first.status is ansible_events.RunStatus.SUCCEEDED, first.failed
+    installed = node.sh("dpkg-query", "-W", "-f=${db:Status-Status} ${Package}\\n")
+    have = {line.split()[1] for line in installed.splitlines() if line.startswith("installed ")}
+    assert {f"linux-modules-nvidia-580-server-open-{KERNEL}", "nvidia-driver-580-server-open"} <= have
+    # No compiler, no headers, no DKMS, no CUDA repository: none of the other route.
+    assert not have & {"dkms", "gcc", f"linux-headers-{KERNEL}", "nvidia-dkms-580-open", "nvidia-driver-580-open"}
+    assert node.sh("test", "-e", "/etc/apt/sources.list.d/nvidia-cuda.list", ok=False) == ""
+    assert node.sh("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader").strip() == "Enabled"
+    assert node.mig_devices() == Counter(LAYOUT)
+
+    # Asked for the DKMS route now, the host keeps its driver: the play refuses to mix, before installing.
+    mixed = await node.runner.prepare_node(node.target, site_vars(world.repo))
+    assert mixed.status is ansible_events.RunStatus.FAILED and mixed.failed is not None
+    assert (mixed.failed.role, mixed.failed.task) == ("nvidia_driver", "Never mix the routes")
+    assert "nvidia-dkms-580-open" not in node.sh("dpkg-query", "-W", ok=False)
+    print(f"\nubuntu-precompiled route: first run {first_s:.1f} s ({first.changed} changed)")

@@ -137,11 +137,16 @@ def node_factory(world: World, tmp_path: Path) -> Iterator[Any]:
         host.power_off(hard=True)
 
 
-def site_vars(repo: aptrepo.AptRepo, mig: playbook_vars.MigLayoutVars | None = None) -> playbook_vars.PlaybookVars:
+def site_vars(
+    repo: aptrepo.AptRepo, mig: playbook_vars.MigLayoutVars | None = None, route: str | None = "nvidia-dkms"
+) -> playbook_vars.PlaybookVars:
+    """The extra vars; NVIDIA's DKMS route unless told (None: the role's default, auto, which picks Ubuntu's
+    precompiled module wherever the archive has it, as the simulated one does)."""
     model = catalog.builtin_catalog().model("rtx-pro-6000")
     return playbook_vars.PlaybookVars(
         kubernetes_version=KUBERNETES_VERSION,
         mig=mig or playbook_vars.MigLayoutVars.render(model, LAYOUT),
+        driver_route=route,  # type: ignore[arg-type]  # one of the Literal's values, or None
         **aptrepo.playbook_repositories(repo),  # type: ignore[arg-type]
     )
 

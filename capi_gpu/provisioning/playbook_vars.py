@@ -143,8 +143,9 @@ class PlaybookVars(BaseModel):
     """URL or node-local path of the nvidia-mig-manager .deb (mig_layout_manager_deb)."""
     mig_manager_deb_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$")] = None
     """The .deb's pinned SHA-256 (mig_layout_manager_deb_sha256); a URL is refused without one."""
-    driver_route: Literal["nvidia-dkms", "ubuntu-precompiled"] | None = None
-    """Where the NVIDIA kernel module comes from (nvidia_driver_route); never mixed with the other's user space."""
+    driver_route: Literal["auto", "nvidia-dkms", "ubuntu-precompiled"] | None = None
+    """Where the NVIDIA kernel module comes from (nvidia_driver_route; the role's default is auto: Ubuntu's
+    precompiled module where the archive has it for the running kernel); never mixed with the other's user space."""
     node_labels: dict[str, str] | None = None
     """Labels kubelet registers with (kubelet_node_labels)."""
     gate_driver: str = domain.GATE_DRIVER
