@@ -72,9 +72,9 @@ class WorldConfig:
     # ../shared/upstream, the gate driver, the claim templates) through its Ansible run, as in a user's
     # cluster, and start() waits for AddonsReady. Without it (--no-addons) the world applies the same chart
     # render and the shipped manifests itself. On in `dev up` and e2e/flow/test_addons_from_nothing.py; off
-    # elsewhere because the run adds ~18 s to each world's start on the 2-core CI machine (measured
-    # 21:55 UTC, 3 Dec 2026: world up 32 s with it), about 3 min over CI's ~10 worlds, which a suite at 56 of
-    # its 60 min can't take; what the other worlds test doesn't depend on who applied the chart.
+    # elsewhere because the run adds 18-26 s to each world's start on the shared 2-core machine (1-host world
+    # up in 13-14 s without it, 31-39 s with it; four starts, 3 Dec 2026), about 3-4 min over CI's ~10 worlds,
+    # which a suite at 56 of its 60 min can't take; what they test doesn't depend on who applied the chart.
     addons: bool = False
 
 
