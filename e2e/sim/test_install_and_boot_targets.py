@@ -24,7 +24,7 @@ from capi_gpu.provisioning import hostfacts, ssh, sshtransport
 from capi_gpu.provisioning import installimage as provider_installimage
 from capi_gpu.sim import aptrepo
 from capi_gpu.sim.fleet import Fleet
-from capi_gpu.sim.hosts import keys
+from capi_gpu.sim.hosts import keys, views
 from capi_gpu.sim.hosts.host import Host, Running, State
 
 IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
@@ -116,7 +116,9 @@ def test_malformed_autosetup_fails_with_installimage_messages(rescue: Rescue, cl
             assert st.state is ssh.InstallState.FAILED, config
             assert st.exit_status == 1
             assert message in st.log_tail, (message, st.log_tail)
-    assert rescue.host.read_file("/run/sim/disk/installed.json") is None or True
+    # A refused config installs nothing: the disk still holds the previous OS it came with.
+    record = views.installed(rescue.host.disk_dir)
+    assert record is not None and record.get("previous") is True, record
 
 
 def test_install_reboot_and_resets_switch_boot_targets(
