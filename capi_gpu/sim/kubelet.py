@@ -12,6 +12,8 @@ the host's filesystem (polling, bounded) and does what kubelet registration does
 - while the host is down or in rescue, Ready turns Unknown (what the node lifecycle controller
   would show); after every boot of the installed OS it is Ready again and the DRA publisher restarts
   (static MIG: it re-reads the GPU once per start);
+- at every start (each boot served) it deletes every ResourceSlice of its node, of any driver, as the
+  real kubelet does before plugins register again: the plugins, and capi-gpu's gate, must republish;
 - after ``kubeadm reset`` (a reset record newer than the join) the Node and its slices are deleted.
 
 The NVIDIA DRA plugin is a pod the kubelet runs, so the publisher starts only once the guest's
@@ -30,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from capi_gpu.kube import NODES, Conflict, Kube, NotFound, Obj, Res
+from capi_gpu.kube import NODES, RESOURCESLICES, Conflict, Kube, NotFound, Obj, Res
 from capi_gpu.sim import dra_publisher
 from capi_gpu.sim.hosts.host import Host, Running, State
 
@@ -98,6 +100,7 @@ class SimKubelet:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kubelet-{host.name}", daemon=True)
         self.errors: list[str] = []
+        self.wiped = 0  # kubelet starts that deleted the node's slices (tests read it)
 
     def start(self) -> SimKubelet:
         self._thread.start()
@@ -164,6 +167,7 @@ class SimKubelet:
             self._register(join)
             self._served_boot = 0
         if self._served_boot != boot:
+            self._wipe_slices()
             self._set_ready("True", "KubeletReady", "kubelet is posting ready status")
             self._served_boot = boot
             self.publisher = None
@@ -314,6 +318,14 @@ class SimKubelet:
         self.node_name, self._join, self.publisher, self._ready = None, None, None, None
 
     # -- DRA ------------------------------------------------------------------------------------
+    def _wipe_slices(self) -> None:
+        """The kubelet's start-up clean-up: no slice of this node survives it, whoever published it."""
+        if not self.node_name:
+            return
+        for item in self.kube.list(RESOURCESLICES, field_selector=f"spec.nodeName={self.node_name}"):
+            self.kube.delete(RESOURCESLICES, item["metadata"]["name"])
+        self.wiped += 1
+
     def _read_gpu(self) -> tuple[dra_publisher.GpuFacts, list[dra_publisher.MigFacts]]:
         outs = []
         query = [f"--query-gpu={','.join(dra_publisher.QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
