@@ -159,6 +159,10 @@ async def test_a_node_turning_not_ready_takes_no_new_pod_keeps_its_own_and_evict
         6,  # longer than the scheduler's 5 s binding-condition poll and its retry backoff
     )
     assert evicting(kube, ns, "running") is None, "the pod placed while the node was ready is kept"
+    # The namespace goes away in the background: a pending pod that tolerates every node taint would
+    # otherwise be scheduled onto the next test's node once that one is ready.
+    for pod in ("new", "stale", "running"):
+        kube.delete(PODS, pod, ns, grace_period_seconds=0)
     assert not allocation(kube.get(RESOURCECLAIMS, "new", ns)), "allocated on a not-ready node"
 
 
