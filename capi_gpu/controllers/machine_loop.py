@@ -267,6 +267,11 @@ async def _remediate_if_broken(deps: Deps, s: Scope, host: HetznerGPUHost) -> No
 
 def _ready(s: Scope) -> tuple[bool, str, str]:
     if "Paused" in s.conds and s.conds["Paused"][0]:
+        # Paused writes nothing but the Paused condition (CAPI's contract): Ready stays as it was, so a
+        # clusterctl move's source does not turn its machines not-ready (the real move found this write).
+        current = next((x for x in s.machine.status.conditions if x.type == c.Type.READY.value), None)
+        if current is not None:
+            return current.status == "True", current.reason, current.message or ""
         return False, c.Reason.PAUSED, "paused"
     for t in (c.Type.BOOTSTRAP_DATA_READY, c.Type.LAYOUT_VALID, c.Type.HOST_ASSOCIATED, c.Type.HOST_READY):
         if t.value in s.conds and not s.conds[t.value][0]:
