@@ -106,12 +106,21 @@ def verdicts(events: Iterable[Mapping[str, Any]]) -> dict[Key, Said]:
     return out
 
 
-def left_to_ca(pod: Mapping[str, Any], said: Mapping[Key, Said]) -> str | None:
-    """Why the claim scaler leaves ``pod`` to cluster-autoscaler, or None when CA declined it."""
+def left_to_ca(
+    pod: Mapping[str, Any],
+    said: Mapping[Key, Said],
+    now: datetime.datetime | None = None,
+    grace: datetime.timedelta = datetime.timedelta(0),
+) -> str | None:
+    """Why the claim scaler leaves ``pod`` to cluster-autoscaler, or None when CA declined it (at least
+    ``grace`` before ``now``: CA declines while its group's node is under a minute old, then scales)."""
     meta = _map(pod.get("metadata"))
     got = said.get((str(meta.get("namespace", "")), str(meta.get("name", ""))))
     if got is None or (got.uid and got.uid != str(meta.get("uid", ""))):
         return "cluster-autoscaler has not answered for it yet"
     if got.verdict is Verdict.TRIGGERED:
         return f"cluster-autoscaler scales up for it ({got.message or got.verdict.value})"
+    if now is not None and grace and now - got.at < grace:
+        wait = f"{grace.total_seconds():.0f}s"
+        return f"cluster-autoscaler declined it at {got.at:%H:%M:%S}; waiting {wait} in case it scales for it after all"
     return None

@@ -162,6 +162,7 @@ def pending_demand(
     now: datetime.datetime,
     grace: datetime.timedelta = DEFAULT_GRACE,
     ca_said: Mapping[Key, ca_verdicts.Said] | None = None,
+    ca_grace: datetime.timedelta = datetime.timedelta(0),
 ) -> Demand:
     """The GPU demand of the unschedulable pods, with the pods ignored and why. With ``ca_said`` (CA's
     verdicts, ``PodPolicy.CA_DECLINED``) a GPU pod counts only when cluster-autoscaler declined it."""
@@ -179,7 +180,7 @@ def pending_demand(
         except NotOurs as exc:
             ignored.append(Ignored(name, str(exc)))
             continue
-        why = ca_verdicts.left_to_ca(pod, ca_said) if ca_said is not None else None
+        why = ca_verdicts.left_to_ca(pod, ca_said, now, ca_grace) if ca_said is not None else None
         if why is not None and any(reqs for _, reqs in found):
             left.append(Ignored(name, why))
             continue

@@ -5,6 +5,7 @@ Events)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from capi_gpu.autoscaler.ca_verdicts import PodPolicy
@@ -21,7 +22,8 @@ async def run(deps: Deps, namespace: str, cluster: str, stopped: Any) -> None:
     policy = deps.settings.claim_scaler_pods
 
     async def scaler(client: AsyncKube) -> None:
-        await ClaimScaler(deps, namespace, cluster, client, pods=policy).run(stopped)
+        grace = datetime.timedelta(seconds=deps.settings.claim_scaler_ca_grace)
+        await ClaimScaler(deps, namespace, cluster, client, pods=policy, ca_grace=grace).run(stopped)
 
     watches = WATCHES + (policy is PodPolicy.CA_DECLINED)
     await workload.supervise(deps, namespace, cluster, "claim scaler", scaler, stopped, WORKERS, watches)

@@ -68,10 +68,11 @@ class ClaimScaler:
         grace: datetime.timedelta = demand.DEFAULT_GRACE,
         emit: Emit = events.emit,
         pods: ca_verdicts.PodPolicy = ca_verdicts.PodPolicy.ALL,
+        ca_grace: datetime.timedelta = datetime.timedelta(0),
     ) -> None:
         self.deps, self.namespace, self.cluster, self.wl = deps, namespace, cluster, workload
         self.debounce, self.resync, self.grace, self.emit = debounce, resync, grace, emit
-        self.policy = pods
+        self.policy, self.ca_grace = pods, ca_grace
         self.pods: dict[demand.Key, Obj] = {}
         self.claims: dict[demand.Key, Obj] = {}
         self.slices: dict[str, Obj] = {}
@@ -160,7 +161,9 @@ class ClaimScaler:
         said = None
         if self.policy is ca_verdicts.PodPolicy.CA_DECLINED:
             said = ca_verdicts.verdicts(self.ca_events.values())
-        want = demand.pending_demand(self.pods.values(), self.claims, templates, classes, now, self.grace, said)
+        want = demand.pending_demand(
+            self.pods.values(), self.claims, templates, classes, now, self.grace, said, self.ca_grace
+        )
         for ignored in want.ignored:
             self._say(f"pod/{ignored.pod}", f"pod {ignored.pod} ignored: {ignored.reason}")
         for left in want.left_to_ca:

@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="ca-declined: with cluster-autoscaler in the cluster, take only pods CA declined (NotTriggerScaleUp)",
     )
     p.add_argument(
+        "--claim-scaler-ca-grace",
+        type=float,
+        default=0.0,
+        help="ca-declined: seconds CA's decline must stand before the claim scaler takes the pod",
+    )
+    p.add_argument(
         "--sync-autoscaler-annotations",
         action="store_true",
         help="keep cluster-autoscaler capacity annotations on GPU MachineDeployments in sync",
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
         claim_scaler=args.claim_scaler,
         claim_scaler_pods=args.claim_scaler_pods,
+        claim_scaler_ca_grace=args.claim_scaler_ca_grace,
         template_sync_annotations=args.sync_autoscaler_annotations,
         addons=not args.no_addons,
         addons_chart=args.addons_chart or None,

@@ -47,6 +47,9 @@ class Settings(BaseModel):
     """Run the claim-aware scaler for MachineDeployments it owns."""
     claim_scaler_pods: PodPolicy = PodPolicy.ALL
     """Which pending pods the claim scaler takes: all, or (next to cluster-autoscaler) only those CA declined."""
+    claim_scaler_ca_grace: Annotated[float, Field(ge=0)] = 0.0
+    """Seconds a CA decline must stand before the claim scaler takes the pod (CA declines while its group's
+    node is under a minute old, then scales from it)."""
     template_sync_annotations: bool = False
     """Keep cluster-autoscaler capacity annotations on MachineDeployments in sync with templates."""
     addons: bool = True

@@ -180,3 +180,21 @@ def test_found_double_provisioning_case_gets_one_node_per_claim() -> None:
     only = decide.decide(pending(said).requests, {}, groups)
     assert [(u.group, u.current, u.target, u.serves) for u in only.scale_ups] == [("cs-whole", 0, 1, ((WHOLE_GPU, 1),))]
     assert only.unserved == ()
+
+
+@pytest.mark.parametrize(
+    ("declined_at", "grace", "taken"),
+    [
+        (0, 0, True),  # no grace: taken on the first decline
+        (0, 60, False),  # declined 30 s ago, grace 60 s: CA may still copy its node and scale
+        (-40, 60, True),  # declined 70 s ago: CA had its minute
+    ],
+)
+def test_decline_grace(declined_at: int, grace: int, taken: bool) -> None:
+    """The bench's case: CA declines while its group's node is under a minute old, then scales from it."""
+    said = ca_verdicts.verdicts([event("p", "NotTriggerScaleUp", declined_at)])
+    now = T0 + datetime.timedelta(seconds=30)
+    why = ca_verdicts.left_to_ca(pod("p", []), said, now, datetime.timedelta(seconds=grace))
+    assert (why is None) is taken, why
+    if not taken:
+        assert why is not None and "declined it at 21:00:00" in why and "waiting 60s" in why
