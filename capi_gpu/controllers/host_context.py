@@ -168,6 +168,9 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
         paused = await _consumer_paused(deps, obj, ref.namespace or namespace)
         if ref.uid and obj["metadata"].get("uid") != ref.uid and not paused:  # no write while paused
             await _refresh_uid(deps, host, str(obj["metadata"]["uid"]), namespace)
+        cluster = (obj["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
+        if cluster and _labels(host).get(domain.CONSUMER_CLUSTER_LABEL) != cluster and not paused:
+            await _record_cluster(deps, host, cluster, namespace)  # hosts claimed before the label existed
         machine = HetznerGPUMachine.model_validate(obj)
         owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
         capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
@@ -206,6 +209,40 @@ async def _refresh_uid(deps: Deps, host: HetznerGPUHost, uid: str, namespace: st
     assert host.spec.consumer_ref is not None
     host.spec.consumer_ref.uid = uid
     host.metadata["resourceVersion"] = written["metadata"]["resourceVersion"]  # later writes' precondition
+
+
+def _labels(host: HetznerGPUHost) -> dict[str, str]:
+    raw = host.metadata.get("labels")
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+async def _record_cluster(deps: Deps, host: HetznerGPUHost, cluster: str, namespace: str) -> None:
+    try:
+        written = await deps.kube.patch(
+            HOSTS,
+            hostname(host),
+            {
+                "metadata": {
+                    "resourceVersion": host.metadata.get("resourceVersion"),
+                    "labels": {domain.CONSUMER_CLUSTER_LABEL: cluster},
+                }
+            },
+            namespace,
+        )
+    except Conflict as exc:
+        raise AccessError(hostmove.Reason.CONSUMER_CHANGED, "host changed while recording its cluster") from exc
+    host.metadata["labels"] = {**_labels(host), domain.CONSUMER_CLUSTER_LABEL: cluster}
+    host.metadata["resourceVersion"] = written["metadata"]["resourceVersion"]
+
+
+async def recorded_cluster_paused(deps: Deps, obj: Obj) -> bool:
+    """A claimed host's pause, found through the Cluster recorded at the claim: during clusterctl move its
+    consumer machine is deleted (source) or not yet created (target) while the Cluster stays paused."""
+    if not (obj.get("spec") or {}).get("consumerRef"):
+        return False
+    cluster = (obj["metadata"].get("labels") or {}).get(domain.CONSUMER_CLUSTER_LABEL)
+    found = await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, obj["metadata"]["namespace"]) if cluster else None
+    return bool((found or {}).get("spec", {}).get("paused"))
 
 
 async def _consumer_paused(deps: Deps, machine: Obj, namespace: str) -> bool:

@@ -167,7 +167,10 @@ async def _claim(deps: Deps, s: Scope) -> bool:
         await deps.kube.patch(
             HOSTS,
             str(host.metadata["name"]),
-            {"metadata": {"resourceVersion": host.metadata["resourceVersion"]}, "spec": {"consumerRef": ref.wire()}},
+            {
+                "metadata": {"resourceVersion": host.metadata["resourceVersion"], "labels": _consumer_labels(s.obj)},
+                "spec": {"consumerRef": ref.wire()},
+            },
             s.namespace,
         )
     except Conflict:
@@ -186,6 +189,11 @@ async def _claim(deps: Deps, s: Scope) -> bool:
     )
     s.host = host
     return True
+
+
+def _consumer_labels(machine: Obj) -> dict[str, str | None]:
+    cluster = (machine["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
+    return {domain.CONSUMER_CLUSTER_LABEL: cluster or None}
 
 
 async def _associated_host(deps: Deps, s: Scope) -> HetznerGPUHost | None:
@@ -326,7 +334,12 @@ async def release(deps: Deps, namespace: str, name: str, obj: Obj) -> bool:
     host = HetznerGPUHost.model_validate(host_obj)
     ref = host.spec.consumer_ref
     if ref is not None and ref.name == name:
-        await deps.kube.patch(HOSTS, host_name, {"spec": {"consumerRef": None}}, namespace)
+        await deps.kube.patch(
+            HOSTS,
+            host_name,
+            {"metadata": {"labels": {domain.CONSUMER_CLUSTER_LABEL: None}}, "spec": {"consumerRef": None}},
+            namespace,
+        )
         deps.wakeups.wake("host", namespace, host_name)
         events.emit(obj, "HostReleased", f"released {host_name}; deprovisioning")
         return False

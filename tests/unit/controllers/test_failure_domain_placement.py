@@ -106,3 +106,18 @@ async def test_a_machine_whose_failure_domain_has_no_free_host_waits_and_says_so
     cond = _condition(kube.objs[("hetznergpumachines", NS, "w-1")], "HostAssociated")
     assert (cond["status"], cond["reason"]) == ("False", machine_loop.NO_HOST_IN_FAILURE_DOMAIN)
     assert "hel1-dc2" in cond["message"] and "2 in another failure domain" in cond["message"]
+
+
+async def test_a_claim_records_the_consumers_cluster_on_the_host_and_the_release_removes_it() -> None:
+    """The label lets a host find its paused Cluster while clusterctl move has no consumer machine for it."""
+    kube = _world("fsn1")
+    deps = _deps(kube)
+    await machine_loop.reconcile(deps, NS, "w-1")
+    host = kube.objs[("hetznergpuhosts", NS, "gex-2")]
+    assert host["metadata"]["labels"][domain.CONSUMER_CLUSTER_LABEL] == "dev"
+    machine = kube.objs[("hetznergpumachines", NS, "w-1")]
+    machine["metadata"].setdefault("annotations", {})[domain.ANNOTATION_HOST] = "gex-2"
+    assert await machine_loop.release(deps, NS, "w-1", machine) is False
+    host = kube.objs[("hetznergpuhosts", NS, "gex-2")]
+    assert host["spec"].get("consumerRef") is None
+    assert domain.CONSUMER_CLUSTER_LABEL not in (host["metadata"].get("labels") or {})

@@ -280,3 +280,42 @@ async def test_a_moved_consumer_in_a_paused_cluster_is_not_refreshed_until_it_re
     await host_loop.reconcile(deps, NS, HOST)
     assert _stored(kube)["spec"]["consumerRef"]["uid"] == "machine-uid-target"
     assert _ready(kube)["Paused"] == "False/NotPaused" and _stored(kube)["status"]["state"] == "Provisioned"
+
+
+def _labelled(host: Obj, cluster: str = "dev") -> Obj:
+    host["metadata"]["labels"] = {domain.CONSUMER_CLUSTER_LABEL: cluster}
+    return host
+
+
+@pytest.mark.parametrize(("cluster_paused", "ready"), [(True, None), (False, "False/ConsumerMissing")])
+async def test_a_host_whose_consumer_the_move_deleted_finds_its_pause_through_the_recorded_cluster(
+    cluster_paused: bool, ready: str | None
+) -> None:
+    """On the source, clusterctl deletes the machines before the hosts, with the Cluster paused: the host
+    must stay silent (its Paused condition only), not report its consumer missing. Unpaused, it does."""
+    status = _status(HostState.PROVISIONED)
+    kube = FakeKube(
+        ("hetznergpuhosts", _labelled(_host(status, status))), *SECRETS, OS_SECRET, _cluster(cluster_paused)
+    )
+    deps = _deps(kube)
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _ready(kube).get("Ready") == ready
+    assert _ready(kube)["Paused"] == ("True/Paused" if cluster_paused else "False/NotPaused")
+    assert _stored(kube)["status"]["state"] == "Provisioned" and NoSSH.opened == 0
+    if cluster_paused:
+        kube.writes.clear()
+        await host_loop.reconcile(deps, NS, HOST)
+        assert _host_writes(kube) == []
+
+
+@pytest.mark.parametrize("cluster_paused", [False, True])
+async def test_a_host_claimed_before_the_label_existed_records_its_cluster_unless_paused(cluster_paused: bool) -> None:
+    status = _status(HostState.PROVISIONED)
+    kube = FakeKube(
+        ("hetznergpuhosts", _host(status, status)), *SECRETS, OS_SECRET, _machine("machine-uid-source"),
+        _cluster(cluster_paused),
+    )  # fmt: skip
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    labels = _stored(kube)["metadata"].get("labels") or {}
+    assert labels.get(domain.CONSUMER_CLUSTER_LABEL) == (None if cluster_paused else "dev")
+    assert _stored(kube)["status"]["state"] == "Provisioned"
