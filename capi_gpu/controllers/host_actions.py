@@ -14,15 +14,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from capi_gpu.api.host import DiskInfo, ErrorType, GPUInfo, HardwareDetails, HetznerGPUHost, RescueHostKey, Step
+from capi_gpu.api.host import (
+    DiskInfo,
+    ErrorType,
+    GPUInfo,
+    HardwareDetails,
+    HetznerGPUHost,
+    MigInstance,
+    RescueHostKey,
+    Step,
+)
 from capi_gpu.api.specs import InstallImageSpec
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HostEnv, hostname, plan_for
 from capi_gpu.controllers.host_probes import open_shell, os_pin, rescue_pin
-from capi_gpu.gpu import catalog, nvidia_smi
+from capi_gpu.gpu import catalog
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.hetzner import models as robot_models
-from capi_gpu.provisioning import ansible, gpuplan, installimage, playbook_vars, ssh
+from capi_gpu.provisioning import ansible, gpuplan, installimage, mig_readout, playbook_vars, ssh
 from capi_gpu.provisioning.ansible_events import RunStatus, TaskEvent
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult
 
@@ -286,22 +295,41 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
     if not result.ok:
         where = f"{result.failed.label}: {result.failed.message}" if result.failed else result.status.value
         return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"ansible {result.status.value} at {where}")
-    devices = await asyncio.to_thread(_mig_devices, deps, host, env)
+    devices, instances = await asyncio.to_thread(_mig_devices, deps, host, env)
     summary = (
         f"{len(roles)} roles in {result.duration_s:.0f}s, changed={result.changed}; MIG: {', '.join(devices) or 'off'}"
     )
-    return ActionResult.ok(mig_devices=tuple(devices), layout=plan.key, prepared=consumer.prepared, message=summary)
+    return ActionResult.ok(
+        mig_devices=tuple(devices),
+        mig_instances=tuple(instances),
+        layout=plan.key,
+        prepared=consumer.prepared,
+        message=summary,
+    )
 
 
-def _mig_devices(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> list[str]:
-    """The host side of the readiness check: the MIG instances nvidia-smi reports, by profile."""
+def _mig_devices(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> tuple[list[str], list[MigInstance]]:
+    """The host side of the readiness check: the MIG instances nvidia-smi reports, by profile, and the GPU
+    instances with the placements NVML chose (which name the DRA devices); instances stay empty, so the gate
+    counts by profile, when ``-lgi`` or the minor number can't be read."""
     shell = open_shell(deps, host, env, os_pin(env.os_key.public))
     try:
-        listing = nvidia_smi.parse_list(shell.nvidia_smi(["-L"]))
-        return sorted(m.profile for g in listing for m in g.mig_devices)
+        found = mig_readout.profiles(shell.nvidia_smi(["-L"]))
     except (ssh.SSHError, ValueError) as exc:
         log.warning("host %s: nvidia-smi -L failed: %s", hostname(host), exc)
-        return []
+        with contextlib.suppress(Exception):
+            shell.close()
+        return [], []
+    try:
+        if not found:
+            return found, []
+        placed = mig_readout.instances(shell.nvidia_smi(["-q", "-x"]), shell.nvidia_smi(["mig", "-lgi"]), found)
+        if not placed:
+            log.warning("host %s: -lgi or -q -x disagree with -L %s; device names unknown", hostname(host), found)
+        return found, placed
+    except (ssh.SSHError, ValueError) as exc:
+        log.warning("host %s: nvidia-smi mig -lgi / -q -x failed: %s", hostname(host), exc)
+        return found, []
     finally:
         with contextlib.suppress(Exception):
             shell.close()

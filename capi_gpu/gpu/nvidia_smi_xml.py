@@ -47,6 +47,7 @@ class XmlGpu:
     product_name: str | None
     uuid: str | None
     pci_device_id: int | None
+    minor: int | None  # <minor_number>: /dev/nvidia<minor>, what the DRA driver names devices after
     mig_current: nvidia_smi.MigMode | None
     mig_pending: nvidia_smi.MigMode | None
     mig_devices: tuple[XmlMigDevice, ...]
@@ -141,6 +142,7 @@ def _gpu(node: ET.Element) -> XmlGpu:
         product_name=_text(node, "product_name"),
         uuid=_text(node, "uuid"),
         pci_device_id=None if dev_id is None else int(dev_id, 16) >> 16,
+        minor=_int(node, "minor_number"),
         mig_current=_mode(node, "mig_mode/current_mig"),
         mig_pending=_mode(node, "mig_mode/pending_mig"),
         mig_devices=tuple(_mig_device(d) for d in entries),

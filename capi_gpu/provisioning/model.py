@@ -11,7 +11,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from capi_gpu.api.host import ErrorType, HardwareDetails, HetznerGPUHostStatus, RescueHostKey
+from capi_gpu.api.host import ErrorType, HardwareDetails, HetznerGPUHostStatus, MigInstance, RescueHostKey
 
 
 class Probe(StrEnum):
@@ -165,6 +165,7 @@ class ActionResult:
     hardware: HardwareDetails | None = None
     reboot_needed: bool = False
     mig_devices: tuple[str, ...] = ()
+    mig_instances: tuple[MigInstance, ...] = ()  # -lgi after CONFIGURE; empty when it could not be read
     boot_id: str | None = None
     prepared: str | None = None  # key of image + GPU settings the host now carries (after CONFIGURE)
     layout: str | None = None  # MIG layout key applied (after CONFIGURE)

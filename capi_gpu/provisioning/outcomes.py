@@ -84,6 +84,7 @@ def _advance(ctx: transitions.Context, status: HetznerGPUHostStatus, action: Act
             if result.reboot_needed:
                 return goto(Step.MIG_REBOOT, note=Note("RebootNeeded", "MIG mode change needs a reboot"))
             status.mig_devices = sorted(result.mig_devices)
+            status.mig_instances = list(result.mig_instances)
             status.layout = result.layout
             status.prepared = result.prepared
             status.error_count = 0

@@ -14,6 +14,7 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import MigMode
+from capi_gpu.gpu import layout
 from capi_gpu.kube import AsyncKube, Obj, ours
 from capi_gpu.provisioning import gpuplan
 from capi_gpu.readiness import decisions
@@ -47,11 +48,28 @@ def expected_pool(machine: HetznerGPUMachine, host: HetznerGPUHost | None) -> de
     have = sorted(host.status.mig_devices) if host else []
     agrees = host is not None and have == want
     detail = "" if agrees else f"nvidia-smi on the host showed {have or 'nothing'}, the layout needs {want}"
-    # Counted by profile, not by device name: the driver names MIG devices after the placement NVML actually
-    # chose (and the GPU's minor), which need not be the placement the plan predicts; nothing records the
-    # host's real names yet, so a predicted name must never fail a node.
+    # The driver names MIG devices after the placement NVML actually chose and the GPU's minor, which need not
+    # be what the plan predicts: the exact names come only from what the host's nvidia-smi reported at
+    # provisioning (status.migInstances). Unknown (an older host, a relayout, an unreadable -lgi): counted by
+    # profile. A predicted name never fails a node.
     profiles = collections.Counter(d.profile for d in plan.expected_devices())
-    return decisions.ExpectedPool(profiles=dict(profiles), host_agrees=agrees, host_detail=detail)
+    return decisions.ExpectedPool(
+        profiles=dict(profiles), device_names=recorded_names(host, want), host_agrees=agrees, host_detail=detail
+    )
+
+
+def recorded_names(host: HetznerGPUHost | None, want: list[str]) -> frozenset[str] | None:
+    """The DRA device names of the GPU instances the host reported, when they are all known and are the
+    layout's profiles; else None."""
+    instances = host.status.mig_instances if host else []
+    if not instances or sorted(i.profile for i in instances) != want:
+        return None
+    names = set()
+    for i in instances:
+        if i.minor is None:
+            return None
+        names.add(layout.dra_device_name(i.minor, i.profile, i.profile_id, i.placement_start))
+    return frozenset(names)
 
 
 async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTarget]:

@@ -61,6 +61,7 @@ class GpuFacts:
     compute_cap: str
     memory_mib: int
     mig_enabled: bool
+    minor: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def parse_gpu(
         compute_cap=row.get("compute_cap", "0.0"),
         memory_mib=query.memory_total_mib or 0,
         mig_enabled=query.mig_current is nvidia_smi.MigMode.ENABLED,
+        minor=(report.gpus[0].minor if report.gpus else None) or 0,
     )
     migs: list[MigFacts] = []
     if not facts.mig_enabled:
@@ -164,8 +166,9 @@ def _common(gpu: GpuFacts) -> dict[str, Any]:
     }
 
 
-def build_devices(gpu: GpuFacts, migs: list[MigFacts], minor: int = 0) -> list[Obj]:
-    """The devices the driver announces for this GPU state (pure)."""
+def build_devices(gpu: GpuFacts, migs: list[MigFacts], minor: int | None = None) -> list[Obj]:
+    """The devices the driver announces for this GPU state (pure); named after the GPU's minor number."""
+    minor = gpu.minor if minor is None else minor
     if not gpu.mig_enabled:
         return [
             {

@@ -71,6 +71,8 @@ DEFAULTS: dict[str, Any] = {
     "cuda_version": "12.9",
     "memory_total_mib": 97887,
     "serial": "1655025000001",
+    "minor_number": 0,
+    "placement": "first-free",  # /dev/nvidia<minor>; the DRA driver names devices after it, not after the index
     "vbios_version": "98.02.55.00.01",
     "mig_toggle": "resetless",
     "lost": False,
@@ -169,7 +171,10 @@ class Gpu:
         if not self.fits([row]):
             raise ShimError("Insufficient Resources", 255)
         used = self.used_mask()
-        starts = row[3] if start is None else (start,)
+        # NVML picks a free placement itself and need not pick the one a plan predicts: knob "placement":
+        # "last-free" takes the last free start instead of the first, so tests can see the names differ.
+        order = tuple(reversed(row[3])) if self.config.get("placement") == "last-free" else row[3]
+        starts = order if start is None else (start,)
         for s in starts:
             mask = ((1 << row[4]) - 1) << s
             if s in row[3] and not used & mask:
@@ -425,6 +430,7 @@ def query_xml(gpu: Gpu) -> list[str]:
         *mig,
         f"<serial>{escape(str(c['serial']))}</serial>",
         f"<uuid>{escape(str(c['uuid']))}</uuid>",
+        f"<minor_number>{int(c.get('minor_number', 0))}</minor_number>",
         f"<vbios_version>{escape(str(c['vbios_version']))}</vbios_version>",
         f"<pci><pci_bus>{bus[9:11]}</pci_bus><pci_device>{bus[12:14]}</pci_device><pci_domain>{bus[:8][-4:]}"
         f"</pci_domain><pci_device_id>{dev}</pci_device_id><pci_bus_id>{escape(bus)}</pci_bus_id></pci>",
@@ -451,6 +457,7 @@ def query_text(gpu: Gpu) -> list[str]:
         f"        Current                           : {gpu.mode['current']}",
         f"        Pending                           : {gpu.mode['pending']}",
         f"    GPU UUID                              : {c['uuid']}",
+        f"    Minor Number                          : {int(c.get('minor_number', 0))}",
         f"    MIG Devices                           : {len(mig_devices(gpu)) or 'None'}",
     ]
 

@@ -159,6 +159,7 @@ def test_mig_parted_apply_creates_the_validated_placement(host: Host) -> None:
     report = nvidia_smi_xml.parse_query_xml(host.smi("-q", "-x"), strict=True)
     assert report.gpus[0].mig_current is nvidia_smi.MigMode.ENABLED
     assert [d.gpu_instance_id for d in report.gpus[0].mig_devices] == [1, 5, 6]
+    assert report.gpus[0].minor == 0  # <minor_number>, which names the DRA devices
     exported = host.parted("export").stdout
     doc = yaml.safe_load(exported)
     assert doc["mig-configs"]["current"][0]["mig-devices"] == {"1g.24gb": 2, "2g.48gb": 1}
@@ -293,3 +294,30 @@ def test_config_reader_refuses_what_it_cannot_read() -> None:
     parted = _module(PARTED)
     with pytest.raises(parted.PartedError, match="unsupported YAML construct"):
         parted.load_config("version: v1\nmig-configs: &a\n  x: *a\n")
+
+
+def test_instances_nvml_placed_elsewhere_name_the_devices_the_gate_then_expects(host: Host) -> None:
+    """The chain the gate relies on, with the shim placing like NVML may (last free slot, minor 1): the host's
+    readout (``provisioning.mig_readout``, what the Configure step records) names exactly the devices the
+    DRA plugin stand-in publishes from the same GPU, which are not the plan's predicted names."""
+    from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus
+    from capi_gpu.provisioning import mig_readout
+    from capi_gpu.readiness import targets
+    from capi_gpu.sim import dra_publisher
+
+    host.configure(placement="last-free", minor_number=1)
+    cfg = host.write_config("all-balanced")
+    host.parted("apply", "-f", str(cfg), "-c", "all-balanced")
+    listing, xml, lgi = host.smi("-L"), host.smi("-q", "-x"), host.smi("mig", "-lgi")
+    profiles = mig_readout.profiles(listing)
+    instances = mig_readout.instances(xml, lgi, profiles)
+    status = HetznerGPUHostStatus(mig_devices=profiles, mig_instances=instances)
+    recorded = targets.recorded_names(
+        HetznerGPUHost(metadata={}, spec=HetznerGPUHostSpec(server_number=1), status=status), profiles
+    )
+    query = host.smi("--query-gpu=" + ",".join(dra_publisher.QUERY_FIELDS), "--format=csv,noheader,nounits")
+    gpu, migs = dra_publisher.parse_gpu(query, xml, listing, lgi, "Nvidia")
+    published = {d["name"] for d in dra_publisher.build_devices(gpu, migs)}
+    predicted = {d.name for d in layout.expected_devices(RTX, migparted.presets(RTX)["all-balanced"], minor=1)}
+    assert recorded == published and published != predicted, (recorded, published, predicted)
+    assert all(n.startswith("gpu-1-mig-") for n in published)
