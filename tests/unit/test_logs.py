@@ -6,12 +6,27 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 
 from capi_gpu import logs
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """``logs.configure`` sets process-wide state (root handlers, quiet httpx/paramiko loggers); a later test
+    in the same process (an xdist worker runs many files) must not inherit it: the Robot redaction test
+    needs httpx's DEBUG records."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    noisy = {n: logging.getLogger(n).level for n in ("paramiko.transport", "httpx", "kubernetes.client.rest")}
+    yield
+    root.handlers[:], root.level = handlers, level
+    for name, was in noisy.items():
+        logging.getLogger(name).setLevel(was)
 
 
 def _capture(fmt: str, message: str, *args: object) -> str:
