@@ -29,6 +29,7 @@ from capi_gpu.controllers import (
     template_loop,
 )
 from capi_gpu.controllers.deps import Deps
+from capi_gpu.controllers.diffbase import MemoryDiffBaseStorage
 from capi_gpu.controllers.settings import Settings
 from capi_gpu.readiness import runner as gate_runner
 
@@ -46,10 +47,11 @@ def _filter(settings: Settings) -> Callable[..., bool]:
 def configure(op: kopf.OperatorSettings) -> None:
     op.persistence.finalizer = f"{domain.DOMAIN}/finalizer"
     op.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=domain.DOMAIN)
-    op.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=domain.DOMAIN)
+    op.persistence.diffbase_storage = MemoryDiffBaseStorage()  # no bookkeeping writes on paused objects
     op.posting.level = logging.INFO
     op.watching.server_timeout = 300
-    op.batching.worker_limit = 200
+    # kopf 1.45 renamed batching to queueing (the old name warns on every start); >=1.38 is allowed.
+    (getattr(op, "queueing", None) or op.batching).worker_limit = 200
 
 
 Loop = Callable[[Deps, str, str, Any], Awaitable[None]]
