@@ -184,9 +184,9 @@ class ClaimScaler:
             decision,
         )
         self.last = decision
-        for up in decision.scale_ups:
-            await self._raise(mds[up.group], up)
-        self._report(decision, groups, mds)
+        raised = [await self._raise(mds[up.group], up) for up in decision.scale_ups]
+        if all(raised):  # a conflict voids the decision: the next pass decides, raises and reports again
+            self._report(decision, groups, mds)
         return decision
 
     async def _groups(self, mds: Mapping[str, Obj]) -> list[decide.Group]:
@@ -206,10 +206,11 @@ class ClaimScaler:
                 self._say(f"md/{name}", f"MachineDeployment {self.namespace}/{name} left out: {exc}")
         return out
 
-    async def _raise(self, md: Obj, up: decide.ScaleUp) -> None:
+    async def _raise(self, md: Obj, up: decide.ScaleUp) -> bool:
+        """Raise ``up.group`` to ``up.target``; False when the MachineDeployment changed since it was read."""
         meta = md["metadata"]
         if up.target <= nodegroup.replicas(md):
-            return  # never lower (decide never asks; this is the guard where it is written)
+            return True  # never lower (decide never asks; this is the guard where it is written)
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"replicas": up.target}}
         try:
             await self.deps.kube.patch(CAPI_MACHINEDEPLOYMENTS, up.group, patch, self.namespace)
@@ -220,10 +221,11 @@ class ClaimScaler:
                 self.cluster,
                 up.group,
             )
-            return
+            return False
         log.info("claim scaler %s/%s: %s %s", self.namespace, self.cluster, up.group, up.message())
         self.emit(md, "ClaimScaleUp", up.message())
         self._said.pop(f"blocked/{up.group}", None)
+        return True
 
     def _report(self, decision: decide.Decision, groups: list[decide.Group], mds: Mapping[str, Obj]) -> None:
         """Unserved demand once per change: a Warning on each owned group that offers it but is at max,
