@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,13 +172,18 @@ def _copy(obj: dict[str, Any], **owner_uids: str) -> dict[str, Any]:
     return out
 
 
-def _wait_ready_reason(world: World, number: int, reason: str) -> dict[str, Any]:
-    def waiting() -> dict[str, Any] | None:
+def _wait_paused_only(world: World, number: int) -> dict[str, Any]:
+    def paused() -> dict[str, Any] | None:
         st = status(world, number)
-        ready = condition({"status": st}, "Ready")
-        return st if st.get("state") == "Provisioned" and ready is not None and ready["reason"] == reason else None
+        cond = condition({"status": st}, "Paused")
+        return st if cond is not None and cond["status"] == "True" else None
 
-    return until(f"the host restored from its snapshot and waiting ({reason})", waiting, 60, world)
+    st = until("the recreated host paused through its recorded Cluster", paused, 60, world)
+    time.sleep(3)  # a few host polls: still nothing but the Paused condition
+    st = status(world, number)
+    assert st.get("state") == "Provisioned" and st["hostKeys"]["os"], st  # restored from the snapshot
+    assert [c["type"] for c in st["conditions"]] == ["Paused"], st["conditions"]
+    return st
 
 
 def _recreate_as_clusterctl_move_does(world: World, number: int, saved: dict[str, dict[str, Any]]) -> None:
@@ -189,13 +195,13 @@ def _recreate_as_clusterctl_move_does(world: World, number: int, saved: dict[str
         world.k.delete(SECRETS, key_name, ns)
     until("the OS host-key Secret gone with its host", lambda: world.k.get_or_none(SECRETS, key_name, ns) is None, 30)
     created = world.k.create(HOSTS, _copy(saved["host"]), ns)
-    _wait_ready_reason(world, number, "OSHostKeyMissing")
-    # Then its Secret (clusterctl creates an owner's children after it, owned by the new uid): now it
-    # waits for its machine, and does nothing to the server meanwhile.
+    # The Cluster is still paused, and the host finds it through the Cluster its claim recorded (its
+    # consumer-cluster label): its status comes back from the snapshot (what move dropped), then it says
+    # Paused and nothing else (no wait reason, no step) until clusterctl resumes the Cluster.
+    _wait_paused_only(world, number)
+    # Then its Secret (clusterctl creates an owner's children after it, owned by the new uid).
     key = _copy(saved["key"], HetznerGPUHost=created["metadata"]["uid"])
     world.k.create(SECRETS, {**key, "type": saved["key"].get("type", "Opaque")}, ns)
-    restored = _wait_ready_reason(world, number, "ConsumerMissing")
-    assert restored["state"] == "Provisioned" and restored["hostKeys"]["os"], restored
     # Then the machine, owned by the CAPI Machine, and clusterctl resumes the Cluster.
     capi_name = next(o["name"] for o in saved["machine"]["metadata"]["ownerReferences"] if o["kind"] == "Machine")
     capi = world.k.get(CAPI_MACHINES, capi_name, ns)
@@ -210,6 +216,8 @@ def _recreate_as_clusterctl_move_does(world: World, number: int, saved: dict[str
         120,
         world,
     )
+    restored = status(world, number)
+    assert restored["state"] == "Provisioned" and restored["hostKeys"]["os"], restored
     node = world.k.get(NODES, host_name(number))
     gpu_ready = next(c for c in node["status"]["conditions"] if c["type"] == domain.GPU_READY_CONDITION)
     assert gpu_ready["status"] == "True"

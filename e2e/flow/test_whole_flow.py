@@ -128,7 +128,7 @@ def test_scale_0_to_3_by_hand_gates_every_node_ready(world: World) -> None:
         assert set(published) == names, "the DRA plugin publishes exactly the host's instances"
         recorded = n.host["status"].get("migInstances") or []
         assert {  # what the gate expects: the host's own -lgi placements and -q -x minor, recorded at provisioning
-            layout.dra_device_name(i["minor"], i["profile"], i["profileId"], i["placementStart"]) for i in recorded
+            layout.dra_device_name(i["minor"], i["profile"], i["profileID"], i["placementStart"]) for i in recorded
         } == names, recorded
         assert {d["attributes"]["uuid"]["string"] for d in published.values()} == mig_uuids(sim)
         # Issue 7: the instances existed before the Node registered. The shim writes its state file only
