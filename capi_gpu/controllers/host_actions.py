@@ -314,22 +314,21 @@ def _mig_devices(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> tuple[list[s
     counts by profile, when ``-lgi`` or the minor number can't be read."""
     shell = open_shell(deps, host, env, os_pin(env.os_key.public))
     try:
-        found = mig_readout.profiles(shell.nvidia_smi(["-L"]))
-    except (ssh.SSHError, ValueError) as exc:
-        log.warning("host %s: nvidia-smi -L failed: %s", hostname(host), exc)
-        with contextlib.suppress(Exception):
-            shell.close()
-        return [], []
-    try:
+        try:
+            found = mig_readout.profiles(shell.nvidia_smi(["-L"]))
+        except (ssh.SSHError, ValueError) as exc:
+            log.warning("host %s: nvidia-smi -L failed: %s", hostname(host), exc)
+            return [], []
         if not found:
             return found, []
-        placed = mig_readout.instances(shell.nvidia_smi(["-q", "-x"]), shell.nvidia_smi(["mig", "-lgi"]), found)
+        try:
+            placed = mig_readout.instances(shell.nvidia_smi(["-q", "-x"]), shell.nvidia_smi(["mig", "-lgi"]), found)
+        except (ssh.SSHError, ValueError) as exc:
+            log.warning("host %s: nvidia-smi mig -lgi / -q -x failed: %s", hostname(host), exc)
+            return found, []
         if not placed:
             log.warning("host %s: -lgi or -q -x disagree with -L %s; device names unknown", hostname(host), found)
         return found, placed
-    except (ssh.SSHError, ValueError) as exc:
-        log.warning("host %s: nvidia-smi mig -lgi / -q -x failed: %s", hostname(host), exc)
-        return found, []
     finally:
         with contextlib.suppress(Exception):
             shell.close()

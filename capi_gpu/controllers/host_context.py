@@ -166,11 +166,17 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
                 " exist (yet); waiting, the server is left alone (clear spec.consumerRef if it was force-deleted)",
             )
         paused = await _consumer_paused(deps, obj, ref.namespace or namespace)
-        if ref.uid and obj["metadata"].get("uid") != ref.uid and not paused:  # no write while paused
-            await _refresh_uid(deps, host, str(obj["metadata"]["uid"]), namespace)
+        uid = str(obj["metadata"]["uid"])
+        if ref.uid and uid != ref.uid and not paused:  # no write while paused
+            # Matched by name and namespace; a uid that changed (clusterctl move recreates the machine) is
+            # written back.
+            await _patch_host(deps, host, {"spec": {"consumerRef": {"uid": uid}}}, namespace, "consumerRef.uid")
+            ref.uid = uid
         cluster = (obj["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
         if cluster and _labels(host).get(domain.CONSUMER_CLUSTER_LABEL) != cluster and not paused:
-            await _record_cluster(deps, host, cluster, namespace)  # hosts claimed before the label existed
+            labels = {domain.CONSUMER_CLUSTER_LABEL: cluster}  # hosts claimed before the label existed
+            await _patch_host(deps, host, {"metadata": {"labels": labels}}, namespace, "its cluster")
+            host.metadata["labels"] = {**_labels(host), **labels}
         machine = HetznerGPUMachine.model_validate(obj)
         owner = next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("kind") == "Machine"), None)
         capi = await deps.kube.get_or_none(CAPI_MACHINES, owner["name"], namespace) if owner else None
@@ -191,47 +197,19 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
     return None
 
 
-async def _refresh_uid(deps: Deps, host: HetznerGPUHost, uid: str, namespace: str) -> None:
-    """The consumer is matched by name and namespace; a uid that changed (clusterctl move recreates the
-    machine) is written back, with a resourceVersion precondition so a concurrent release wins."""
-    try:
-        written = await deps.kube.patch(
-            HOSTS,
-            hostname(host),
-            {
-                "metadata": {"resourceVersion": host.metadata.get("resourceVersion")},
-                "spec": {"consumerRef": {"uid": uid}},
-            },
-            namespace,
-        )
-    except Conflict as exc:
-        raise AccessError(hostmove.Reason.CONSUMER_CHANGED, "host changed while refreshing consumerRef.uid") from exc
-    assert host.spec.consumer_ref is not None
-    host.spec.consumer_ref.uid = uid
-    host.metadata["resourceVersion"] = written["metadata"]["resourceVersion"]  # later writes' precondition
-
-
 def _labels(host: HetznerGPUHost) -> dict[str, str]:
     raw = host.metadata.get("labels")
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
-async def _record_cluster(deps: Deps, host: HetznerGPUHost, cluster: str, namespace: str) -> None:
+async def _patch_host(deps: Deps, host: HetznerGPUHost, body: Obj, namespace: str, what: str) -> None:
+    """A write with a resourceVersion precondition, so a concurrent release wins; the new resourceVersion
+    becomes the precondition of the pass's later writes."""
+    meta = {**(body.get("metadata") or {}), "resourceVersion": host.metadata.get("resourceVersion")}
     try:
-        written = await deps.kube.patch(
-            HOSTS,
-            hostname(host),
-            {
-                "metadata": {
-                    "resourceVersion": host.metadata.get("resourceVersion"),
-                    "labels": {domain.CONSUMER_CLUSTER_LABEL: cluster},
-                }
-            },
-            namespace,
-        )
+        written = await deps.kube.patch(HOSTS, hostname(host), {**body, "metadata": meta}, namespace)
     except Conflict as exc:
-        raise AccessError(hostmove.Reason.CONSUMER_CHANGED, "host changed while recording its cluster") from exc
-    host.metadata["labels"] = {**_labels(host), domain.CONSUMER_CLUSTER_LABEL: cluster}
+        raise AccessError(hostmove.Reason.CONSUMER_CHANGED, f"host changed while writing {what}") from exc
     host.metadata["resourceVersion"] = written["metadata"]["resourceVersion"]
 
 

@@ -123,12 +123,12 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     if host.status.state is HostState.REGISTERING and await _held_as_duplicate(deps, obj, host):
         return 60.0
     in_flight = hostmove.in_flight(host.status)  # a destructive step open: finish it before pausing
-    if not in_flight and (host_move.paused(obj) or await recorded_cluster_paused(deps, obj)):
+    if host_move.paused(obj) and not in_flight:
         return await host_move.pause(deps, obj, host)
     try:
         env = await load(deps, host, namespace)
     except AccessError as exc:
-        return await _wait_for(deps, obj, host, exc)
+        return await _unavailable(deps, obj, host, exc, in_flight)
     pausing = host_move.paused(obj) or (env.consumer is not None and env.consumer.paused)
     if pausing and not in_flight:
         return await host_move.pause(deps, obj, host)
@@ -212,6 +212,14 @@ async def _held_as_duplicate(deps: Deps, obj: Obj, host: HetznerGPUHost) -> bool
     await _write(deps, obj, host, Decision(host.status), None, (dup.reason, dup.message))
     events.emit(obj, dup.reason, dup.message, warning=True)
     return True
+
+
+async def _unavailable(deps: Deps, obj: Obj, host: HetznerGPUHost, exc: AccessError, in_flight: bool) -> float:
+    """Mid-move, the consumer or a Secret may be missing while the Cluster recorded at the claim says paused:
+    then only Paused. Asked only here: with its consumer loaded, the consumer's own Cluster answers."""
+    if not in_flight and await recorded_cluster_paused(deps, obj):
+        return await host_move.pause(deps, obj, host)
+    return await _wait_for(deps, obj, host, exc)
 
 
 async def _wait_for(deps: Deps, obj: Obj, host: HetznerGPUHost, exc: AccessError) -> float:
