@@ -28,7 +28,7 @@ import yaml
 
 from capi_gpu import domain
 from capi_gpu.kube import CRDS, SECRETS, Conflict, Kube
-from capi_gpu.sim import binaries, pki
+from capi_gpu.sim import audit, binaries, pki
 from capi_gpu.sim.procs import Proc, reap_strays
 
 FEATURE_GATES = "DRADeviceTaintRules=true"
@@ -166,6 +166,7 @@ class ControlPlane:
                     # From the first compaction (5 min in) each scale-down stalled that way. The
                     # history a test world builds in memory is small.
                     "--etcd-compaction-interval=0",
+                    *audit.flags(self.workdir),
                 ],
             )
             self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=90)
@@ -416,6 +417,10 @@ class ControlPlane:
             proc.stop()
         self.procs.clear()
         reap_strays(self.registry)
+
+    def audit_writes(self) -> list[audit.Write]:
+        """Every successful write to our kinds so far (see ``audit``)."""
+        return audit.writes(audit.log_path(self.workdir))
 
     def component_pids(self) -> dict[str, int]:
         return {p.name: p.pid for p in self.procs}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,15 @@ from move_kit import Target, clusterctl_move, label_for_move
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, NODES, PODS, Kube, ours
-from capi_gpu.sim import controlplane_object
+from capi_gpu.sim import audit, controlplane_object
+from capi_gpu.sim.controlplane import ControlPlane
 from capi_gpu.sim.hosts.host import Running
+from capi_gpu.sim.identity import SA_NAME, SA_NAMESPACE
 from capi_gpu.sim.world import World
 
 POD = "moved-claim"
 OUR_MOVED = ("hetznergpuhosts", "hetznergpumachines", "hetznergpuclusters")
+OPERATOR_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"  # both sides run it under the shipped RBAC
 
 
 def _ssh_sessions(host: Any) -> int:
@@ -61,17 +65,33 @@ def _settled(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": meta, "status": status}
 
 
+@dataclass
+class Change:
+    """A change seen on a paused object: between the sample that froze it (``since``) and the one that saw it."""
+
+    plural: str
+    name: str
+    since: float
+    seen: float
+    diff: str
+
+
 class PausedWrites:
     """On one management cluster: every object of ours that existed while its Cluster was unpaused, as it was
-    when the pause was first seen; any later change beyond ``_settled``'s allowance is a write to a paused
-    object, which only its operator could have made (CAPI writes none of our kinds, clusterctl only marks)."""
+    when the pause was first seen; any later change beyond ``_settled``'s allowance is recorded with its time
+    window and attributed afterwards from the apiserver's audit log (``writers``). Only a write by the
+    operator's identity is the operator's: CAPI's MachineSet controller server-side-applies labels and
+    annotations to InfraMachines and may land a write it began before the pause (CI saw it drop
+    cloned-from-groupkind on a paused HetznerGPUMachine), and clusterctl marks what it moves."""
 
-    def __init__(self, kube: Kube, namespace: str, cluster: str) -> None:
-        self.kube, self.ns, self.cluster = kube, namespace, cluster
+    def __init__(self, kube: Kube, cp: ControlPlane, namespace: str, cluster: str) -> None:
+        self.kube, self.cp, self.ns, self.cluster = kube, cp, namespace, cluster
         self.frozen: dict[str, dict[str, Any]] = {}  # uid -> settled view at the pause
-        self.writes: list[str] = []
+        self.since: dict[str, float] = {}  # uid -> when the sample that read the frozen view began
+        self.changes: list[Change] = []
 
     def sample(self) -> None:
+        began = time.time()
         obj = self.kube.get_or_none(CAPI_CLUSTERS, self.cluster, self.ns)
         paused = obj is not None and bool(obj["spec"].get("paused"))
         for plural in OUR_MOVED:
@@ -83,12 +103,34 @@ class PausedWrites:
                 elif uid + "?" in self.frozen:
                     # From the first sample that sees the pause: a write already in flight when clusterctl
                     # paused may land just before it, as with any controller.
-                    self.frozen.setdefault(uid, view)
-                    if view != self.frozen[uid]:
-                        self.writes.append(
-                            f"{self.kube.host} {plural}/{item['metadata']['name']}: {_diff(self.frozen[uid], view)}"
+                    if uid not in self.frozen:
+                        self.frozen[uid], self.since[uid] = view, began
+                    elif view != self.frozen[uid]:
+                        name = item["metadata"]["name"]
+                        self.changes.append(
+                            Change(plural, name, self.since[uid], time.time(), _diff(self.frozen[uid], view))
                         )
-                        self.frozen[uid] = view
+                        self.frozen[uid], self.since[uid] = view, began
+
+    def writers(self, change: Change) -> list[audit.Write]:
+        return [
+            w
+            for w in self.cp.audit_writes()
+            if w.resource.split("/")[0] == change.plural
+            and (w.namespace, w.name) == (self.ns, change.name)
+            # A write's ResponseComplete is stamped after it commits: a list may see it a little earlier.
+            and change.since <= w.at <= change.seen + 2.0
+        ]
+
+    def attributed(self) -> tuple[list[str], list[str]]:
+        """(the operator's writes to paused objects, everyone else's), each with the diff and the writers."""
+        mine: list[str] = []
+        theirs: list[str] = []
+        for change in self.changes:
+            who = self.writers(change)
+            text = f"{self.kube.host} {change.plural}/{change.name}: {change.diff} by {sorted({(w.user, w.agent, w.verb, w.resource) for w in who})}"
+            (mine if not who or any(w.user == OPERATOR_USER for w in who) else theirs).append(text)
+        return mine, theirs
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any], path: str = "") -> str:
@@ -110,13 +152,13 @@ class Watch:
     """Samples every half second while the moves run: on the workload side what must never change (nodes
     GPUReady and untainted, the pod bound), on both management clusters writes to paused objects."""
 
-    def __init__(self, world: World, nodes: list[str], target_kube: Kube) -> None:
+    def __init__(self, world: World, nodes: list[str], target_kube: Kube, target_cp: ControlPlane) -> None:
         self.kube = world.cp.kube()
         self.ns = world.config.namespace
         self.nodes = nodes
         self.management = [
-            PausedWrites(self.kube, self.ns, world.config.cluster),
-            PausedWrites(target_kube, self.ns, world.config.cluster),
+            PausedWrites(self.kube, world.cp, self.ns, world.config.cluster),
+            PausedWrites(target_kube, target_cp, self.ns, world.config.cluster),
         ]
         self.bad: list[str] = []
         self.samples = 0
@@ -151,9 +193,10 @@ class Watch:
             for side in self.management:
                 side.sample()
 
-    @property
-    def paused_writes(self) -> list[str]:
-        return [w for side in self.management for w in side.writes]
+    def paused_writes(self) -> tuple[list[str], list[str]]:
+        """(the operator's, everyone else's) writes to paused objects on both sides."""
+        found = [side.attributed() for side in self.management]
+        return [w for mine, _ in found for w in mine], [w for _, theirs in found for w in theirs]
 
 
 def _adopted(kube: Kube, world: World, numbers: list[int]) -> bool:
@@ -240,7 +283,7 @@ def test_clusterctl_move_there_and_back_never_touches_a_server(
     log_from = len(world.operator_logs())
     ready_at = time.monotonic()
 
-    with Watch(world, [g.name for g in gpu], Kube.from_kubeconfig(str(target.cp.kubeconfig))) as watch:
+    with Watch(world, [g.name for g in gpu], Kube.from_kubeconfig(str(target.cp.kubeconfig)), target.cp) as watch:
         out, took_there = clusterctl_move(world.cp.kubeconfig, target.cp.kubeconfig, ns, tmp_path / "cc")
         assert world.k.get_or_none(CAPI_CLUSTERS, world.config.cluster, ns) is None, out
         _after_move(target.kube, world, target.cp)
@@ -289,11 +332,15 @@ def test_clusterctl_move_there_and_back_never_touches_a_server(
         assert sessions_there[n] <= 1 and f["ssh sessions"] - sessions_there[n] <= 1, (n, f, sessions_there)
         assert hosts[n].boot_id == before[n][1]
     assert not watch.bad, watch.bad[:20]
-    for write in watch.paused_writes:
-        print(f"paused write: {write[:3000]}")
+    operators, others = watch.paused_writes()
+    for write in operators:
+        print(f"paused write by the operator: {write[:3000]}")
+    for write in others:
+        print(f"paused write by another writer: {write[:3000]}")
     # Hosts included: a claimed host finds its pause through the Cluster recorded at the claim, so one whose
-    # consumer clusterctl already deleted stays silent instead of writing Ready=False ConsumerMissing.
-    assert not watch.paused_writes, watch.paused_writes[:20]
+    # consumer clusterctl already deleted stays silent instead of writing Ready=False ConsumerMissing. A
+    # change the audit log can't attribute counts as the operator's.
+    assert not operators, operators[:20]
     # The check saw the moved objects paused on each side: 3 hosts, 2 machines, the cluster.
     watched = [sorted(k for k in m.frozen if not k.endswith("?")) for m in watch.management]
     # Of 3 hosts, 2 machines and the cluster per side, the half-second sampler saw 5 or 6 unpaused first.

@@ -1,0 +1,80 @@
+"""The apiserver's audit log, limited to writes to our kinds: who changed which object, and when.
+
+Tests use it to attribute a change they observed (the clusterctl move e2e: a paused object changed; was it
+our operator, or CAPI's MachineSet controller, which server-side-applies labels and annotations to
+InfraMachines, or clusterctl?). Metadata level only: no request bodies, so Secrets never reach the file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from capi_gpu import domain
+
+# Our group's writes at Metadata level, nothing else (RequestReceived is dropped: ResponseComplete carries
+# the outcome and the time the change was committed).
+POLICY = f"""\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+  resources:
+  - group: {domain.GROUP}
+- level: None
+"""
+
+
+@dataclass(frozen=True)
+class Write:
+    at: float  # epoch seconds, when the apiserver finished the request
+    user: str
+    agent: str
+    verb: str
+    resource: str  # plural, with "/status" for the subresource
+    namespace: str
+    name: str
+    code: int
+
+
+def flags(workdir: Path) -> list[str]:
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(POLICY)
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={log_path(workdir)}", "--audit-log-maxbackup=0"]
+
+
+def log_path(workdir: Path) -> Path:
+    return workdir / "audit.log"
+
+
+def writes(path: Path) -> list[Write]:
+    """Successful writes, oldest first; a line the apiserver is still writing is skipped."""
+    out: list[Write] = []
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        ref, code = event.get("objectRef") or {}, int((event.get("responseStatus") or {}).get("code") or 0)
+        if event.get("stage") != "ResponseComplete" or not 200 <= code < 300:
+            continue
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        out.append(
+            Write(
+                at=dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")).timestamp(),
+                user=str((event.get("user") or {}).get("username", "")),
+                agent=str(event.get("userAgent", "")),
+                verb=str(event.get("verb", "")),
+                resource=f"{ref.get('resource', '')}{sub}",
+                namespace=str(ref.get("namespace", "")),
+                name=str(ref.get("name", "")),
+                code=code,
+            )
+        )
+    return out

@@ -1,0 +1,56 @@
+"""The audit reader keeps successful ResponseComplete writes, with the subresource, and skips the rest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from capi_gpu import domain
+from capi_gpu.sim import audit
+
+
+def _event(stage: str, code: int, sub: str = "", name: str = "gex131-1") -> str:
+    ref = {"resource": "hetznergpuhosts", "namespace": "default", "name": name, "apiGroup": domain.GROUP}
+    if sub:
+        ref["subresource"] = sub
+    return json.dumps(
+        {
+            "stage": stage,
+            "verb": "patch",
+            "user": {"username": "system:serviceaccount:capi-gpu-system:capi-gpu-controller-manager"},
+            "userAgent": "kopf/1.45",
+            "objectRef": ref,
+            "responseStatus": {"code": code},
+            "stageTimestamp": "2026-12-04T15:00:01.250000Z",
+        }
+    )
+
+
+def test_writes_are_successful_completions_with_their_subresource(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    lines = [
+        _event("ResponseComplete", 200, "status"),
+        _event("ResponseComplete", 409, name="conflicted"),
+        _event("Panic", 500, name="panicked"),
+        _event("ResponseComplete", 201, name="created"),
+        '{"stage": "ResponseComp',  # a line still being written
+    ]
+    log.write_text("\n".join(lines))
+    got = audit.writes(log)
+    assert [(w.resource, w.name, w.code) for w in got] == [
+        ("hetznergpuhosts/status", "gex131-1", 200),
+        ("hetznergpuhosts", "created", 201),
+    ]
+    assert got[0].at == 1796396401.25 and got[0].agent == "kopf/1.45"
+    assert audit.writes(tmp_path / "absent.log") == []
+
+
+def test_the_policy_records_only_our_groups_writes_at_metadata_level(tmp_path: Path) -> None:
+    flags = audit.flags(tmp_path)
+    policy = yaml.safe_load((tmp_path / "audit-policy.yaml").read_text())
+    first, last = policy["rules"]
+    assert first["level"] == "Metadata" and first["resources"] == [{"group": domain.GROUP}]
+    assert "get" not in first["verbs"] and last == {"level": "None"}
+    assert f"--audit-log-path={tmp_path / 'audit.log'}" in flags
