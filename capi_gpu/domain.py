@@ -33,8 +33,8 @@ BLOCK_MOVE_ANNOTATION: Final = "clusterctl.cluster.x-k8s.io/block-move"
 MOVE_LABEL: Final = "clusterctl.cluster.x-k8s.io/move"
 MOVE_HIERARCHY_LABEL: Final = "clusterctl.cluster.x-k8s.io/move-hierarchy"
 # On a claimed host: its consumer's Cluster, so the host still finds its pause when clusterctl move has
-# already deleted (source) or not yet created (target) the consumer machine. Ours, not CAPI's cluster-name
-# label, which CAPI tooling reads as ownership.
+# already deleted (source) or not yet created (target) the consumer machine; on a standby host, its pool's
+# template's Cluster. Ours, not CAPI's cluster-name label, which CAPI tooling reads as ownership.
 CONSUMER_CLUSTER_LABEL: Final = "gpu.infrastructure.cluster.x-k8s.io/consumer-cluster"
 CA_MIN_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 CA_MAX_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"

@@ -13,6 +13,7 @@ from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_key
+from capi_gpu.controllers import pause
 from capi_gpu.controllers.deps import AccessError, Deps, secret_value
 from capi_gpu.hetzner.robot import RobotClient
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, Conflict, Obj, ours
@@ -221,6 +222,16 @@ async def recorded_cluster_paused(deps: Deps, obj: Obj) -> bool:
     cluster = (obj["metadata"].get("labels") or {}).get(domain.CONSUMER_CLUSTER_LABEL)
     found = await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, obj["metadata"]["namespace"]) if cluster else None
     return bool((found or {}).get("spec", {}).get("paused"))
+
+
+async def standby_cluster_paused(deps: Deps, obj: Obj) -> bool:
+    """An unclaimed standby host's pause: the Cluster of the template whose pool it is in (the template loop
+    labels it), so a host being prepared stops with the rest of that Cluster's objects during a move."""
+    spec = obj.get("spec") or {}
+    if spec.get("consumerRef") or not spec.get("standby"):
+        return False
+    cluster = (obj["metadata"].get("labels") or {}).get(domain.CONSUMER_CLUSTER_LABEL)
+    return await pause.cluster_paused(deps, obj["metadata"]["namespace"], cluster)
 
 
 async def _consumer_paused(deps: Deps, machine: Obj, namespace: str) -> bool:

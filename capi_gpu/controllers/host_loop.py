@@ -23,7 +23,14 @@ from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.controllers import events, host_actions, host_move, host_probes, loops
 from capi_gpu.controllers.deps import AccessError, Deps
-from capi_gpu.controllers.host_context import HOSTS, HostEnv, hostname, load, recorded_cluster_paused
+from capi_gpu.controllers.host_context import (
+    HOSTS,
+    HostEnv,
+    hostname,
+    load,
+    recorded_cluster_paused,
+    standby_cluster_paused,
+)
 from capi_gpu.kube import Conflict, Obj
 from capi_gpu.provisioning import admission, host_conditions, hostmove, outcomes, states, transitions
 from capi_gpu.provisioning.model import Action, ActionResult, Decision, Observations, Timing
@@ -123,13 +130,14 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     if host.status.state is HostState.REGISTERING and await _held_as_duplicate(deps, obj, host):
         return 60.0
     in_flight = hostmove.in_flight(host.status)  # a destructive step open: finish it before pausing
-    if host_move.paused(obj) and not in_flight:
+    paused = host_move.paused(obj) or await standby_cluster_paused(deps, obj)
+    if paused and not in_flight:
         return await host_move.pause(deps, obj, host)
     try:
         env = await load(deps, host, namespace)
     except AccessError as exc:
         return await _unavailable(deps, obj, host, exc, in_flight)
-    pausing = host_move.paused(obj) or (env.consumer is not None and env.consumer.paused)
+    pausing = paused or (env.consumer is not None and env.consumer.paused)
     if pausing and not in_flight:
         return await host_move.pause(deps, obj, host)
     if host.status.host_keys.os != env.os_key.public:

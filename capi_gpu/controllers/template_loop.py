@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from capi_gpu import metrics
+from capi_gpu import domain, metrics
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostStandby, HostState
 from capi_gpu.api.machine import Architecture, HetznerGPUMachineTemplate, NodeInfo
@@ -83,6 +83,21 @@ def standby_changes(
     return [], extra
 
 
+def unlabelled_standby(
+    tpl_name: str, cluster: str | None, hosts: list[HetznerGPUHost], leaving: list[HetznerGPUHost]
+) -> list[HetznerGPUHost]:
+    """This pool's unclaimed hosts whose cluster label doesn't name the template's Cluster, pure."""
+    gone = {h.spec.server_number for h in leaving}
+    out = []
+    for h in hosts:
+        if h.spec.standby is None or h.spec.standby.template != tpl_name or h.spec.consumer_ref is not None:
+            continue
+        raw: Any = h.metadata.get("labels") or {}
+        if cluster and h.spec.server_number not in gone and raw.get(domain.CONSUMER_CLUSTER_LABEL) != cluster:
+            out.append(h)
+    return out
+
+
 async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     obj = await deps.kube.get_or_none(TEMPLATES, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
@@ -101,19 +116,24 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         kubernetes_version=spec.kubernetes_version or "v1.36.3",
         template=name,
     )
+    # A standby host pauses with the template's Cluster (clusterctl move): the label names it.
+    cluster = pause.cluster_name(obj)
+    labels = {domain.CONSUMER_CLUSTER_LABEL: cluster} if cluster else {}
     for h in add:
+        meta = {"resourceVersion": h.metadata["resourceVersion"], "labels": labels}
         await deps.kube.patch(
-            HOSTS,
-            str(h.metadata["name"]),
-            {"metadata": {"resourceVersion": h.metadata["resourceVersion"]}, "spec": {"standby": standby.wire()}},
-            namespace,
+            HOSTS, str(h.metadata["name"]), {"metadata": meta, "spec": {"standby": standby.wire()}}, namespace
         )
         deps.wakeups.wake("host", namespace, str(h.metadata["name"]))
         events.emit(obj, "StandbyAdded", f"{h.metadata['name']} joins the standby pool")
     for h in remove:
-        await deps.kube.patch(HOSTS, str(h.metadata["name"]), {"spec": {"standby": None}}, namespace)
+        body = {"metadata": {"labels": {domain.CONSUMER_CLUSTER_LABEL: None}}, "spec": {"standby": None}}
+        await deps.kube.patch(HOSTS, str(h.metadata["name"]), body, namespace)
         deps.wakeups.wake("host", namespace, str(h.metadata["name"]))
         events.emit(obj, "StandbyRemoved", f"{h.metadata['name']} leaves the standby pool")
+    for h in unlabelled_standby(name, cluster, hosts, remove):  # set before the label existed, or released
+        meta = {"resourceVersion": h.metadata["resourceVersion"], "labels": labels}
+        await deps.kube.patch(HOSTS, str(h.metadata["name"]), {"metadata": meta}, namespace)
     status = tpl.status.model_copy(deep=True)
     status.conditions = pause.condition(status.conditions, False, now, gen)
     cap = capacity(hosts)
