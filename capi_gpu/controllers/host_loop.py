@@ -60,6 +60,7 @@ async def _write(
     env: HostEnv | None,
     access_error: tuple[str, str] | None = None,
     pausing: bool = False,
+    acting: bool = False,
 ) -> HetznerGPUHost:
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     now = deps.clock()
@@ -71,7 +72,7 @@ async def _write(
         # RobotCredentialsValid must say so now, not at its next poll minutes later.
         deps.wakeups.wake_all("cluster", ns)
     host_move.paused_condition(status, pausing, deps)
-    host = _versioned(host, await host_move.write_annotations(deps, obj, host, status))
+    host = _versioned(host, await host_move.write_annotations(deps, obj, host, status, acting))
     old_step, old_state = host.status.step, host.status.state
     if status.model_dump() != host.status.model_dump():
         body: Obj = {"status": status.model_dump(by_alias=True, mode="json")}
@@ -162,7 +163,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     )
     decision = states.decide(ctx)
     try:
-        host = await _write(deps, obj, host, decision, env, pausing=pausing)
+        # block-move while the action runs too: a move waits for its outcome, which the next write records.
+        host = await _write(deps, obj, host, decision, env, pausing=pausing, acting=decision.action is not None)
     except Conflict:
         return 0.5  # written by someone else since our read: nothing recorded, nothing sent; decide again
     if reinspect and decision.status.state is HostState.INSPECTING:

@@ -28,16 +28,21 @@ def _conditions_body(conds: list[Condition]) -> dict[str, object]:
     return {"conditions": [x.model_dump(by_alias=True, mode="json") for x in conds]}
 
 
-async def write_annotations(deps: Deps, obj: Obj, host: HetznerGPUHost, status: HetznerGPUHostStatus) -> Obj | None:
+async def write_annotations(
+    deps: Deps, obj: Obj, host: HetznerGPUHost, status: HetznerGPUHostStatus, acting: bool = False
+) -> Obj | None:
     """Before the status write, in one patch: the permanent-error annotation (what a human removes to
-    release the host), the status snapshot a move carries, and block-move while a destructive step is open.
-    Carries the host's resourceVersion when it has one (host_loop's precondition); returns what was written."""
+    release the host), the status snapshot a move carries, and block-move while a destructive step is open
+    or an action is about to run (``acting``: its outcome is written after the pass has run it, perhaps
+    after a pause; clusterctl waits instead of moving the host mid-action, so no operator on either side
+    starts the same step while this one still runs it). Carries the host's resourceVersion when it has one
+    (host_loop's precondition); returns what was written."""
     current = annotations_of(obj)
     want: dict[str, str | None] = {}
     if status.error_permanent and not host.status.error_permanent:
         want[domain.ANNOTATION_PERMANENT_ERROR] = (status.error_type or "Error").replace("Error", "") or "Error"
     want[domain.ANNOTATION_STATUS] = hostmove.snapshot(status)
-    want[domain.BLOCK_MOVE_ANNOTATION] = "" if hostmove.in_flight(status) else None
+    want[domain.BLOCK_MOVE_ANNOTATION] = "" if acting or hostmove.in_flight(status) else None
     changed = {k: v for k, v in want.items() if current.get(k) != v and not (v is None and k not in current)}
     if not changed:
         return None

@@ -102,3 +102,18 @@ async def test_a_pool_host_from_before_the_label_or_back_from_a_release_gets_it(
     kube.writes.clear()
     await template_loop.reconcile(_deps(kube), NS, "workers")
     assert [w for w in kube.writes if w[1] == "hetznergpuhosts"] == []  # labelled once
+
+
+async def test_block_move_is_held_while_any_action_runs_and_dropped_with_its_outcome() -> None:
+    """Not only destructive steps: a pass records its action, runs it, then writes the outcome; a pause in
+    between would land that write on a paused object and let the other side start the same step."""
+    host = _standby_host(HostState.INSPECTING, Step.INSPECT, None)
+    kube = FakeKube(("hetznergpuhosts", host), *SECRETS, OS_SECRET)
+    await host_loop.reconcile(_deps(kube), NS, HOST)
+    marks = [
+        (w[4].get("metadata") or {}).get("annotations", {}).get(domain.BLOCK_MOVE_ANNOTATION, "absent")
+        for w in _host_writes(kube)
+        if isinstance(w[4], dict) and domain.BLOCK_MOVE_ANNOTATION in str(w[4])
+    ]
+    assert marks == ["", None], _host_writes(kube)
+    assert domain.BLOCK_MOVE_ANNOTATION not in _stored(kube)["metadata"]["annotations"]
