@@ -157,9 +157,9 @@ class Target:
         self.cp.stop()
 
 
-def clusterctl_move(source: Path, target: Path, namespace: str, home: Path) -> tuple[str, float]:
+def clusterctl_move(source: Path, target: Path, namespace: str, home: Path, refused: bool = False) -> tuple[str, float]:
     """The pinned clusterctl: ``move --kubeconfig SOURCE --to-kubeconfig TARGET -n NAMESPACE``; its output
-    and wall time. Offline: no version check, a config directory of its own."""
+    and wall time. Offline: no version check, a config directory of its own. ``refused``: it must fail."""
     home.mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": "/usr/bin:/bin",
@@ -172,5 +172,5 @@ def clusterctl_move(source: Path, target: Path, namespace: str, home: Path) -> t
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     took = time.monotonic() - started
-    assert proc.returncode == 0, f"clusterctl move failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    assert (proc.returncode != 0) == refused, f"clusterctl move exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout + proc.stderr, took
