@@ -36,7 +36,7 @@ from fault_kit import (
 )
 
 from capi_gpu import domain
-from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, EVENTS, NODES, SECRETS, Forbidden, Kube, Res, ours
+from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, EVENTS, JSON_PATCH, NODES, SECRETS, Forbidden, Kube, Res, ours
 from capi_gpu.sim import identity
 from capi_gpu.sim.world import World
 
@@ -111,9 +111,11 @@ def test_delete_for_move_releases_the_finalizers_and_never_touches_the_server(se
         "key": world.k.get(SECRETS, f"{host_name(number)}{domain.OS_HOSTKEY_SECRET_SUFFIX}", ns),
     }
     sessions = _ssh_logins(host)
-    marked = {"metadata": {"annotations": {domain.DELETE_FOR_MOVE_ANNOTATION: ""}}}
-    world.k.patch(GPU_MACHINES, machine, marked, ns)
-    world.k.patch(HOSTS, host_name(number), marked, ns)
+    # clusterctl v1.14's own mark (mover.go addDeleteForMoveAnnotationPatch): a JSON patch that adds
+    # /metadata/annotations whole, so every other annotation (our status snapshot, block-move) goes with it.
+    marked = [{"op": "add", "path": "/metadata/annotations", "value": {domain.DELETE_FOR_MOVE_ANNOTATION: ""}}]
+    world.k.patch(GPU_MACHINES, machine, marked, ns, content_type=JSON_PATCH)
+    world.k.patch(HOSTS, host_name(number), marked, ns, content_type=JSON_PATCH)
     assert world.k.get(GPU_MACHINES, machine, ns)["metadata"].get("finalizers"), "nothing to release"
     assert world.k.get(HOSTS, host_name(number), ns)["metadata"].get("finalizers"), "nothing to release"
     world.k.delete(GPU_MACHINES, machine, ns)
