@@ -9,6 +9,7 @@ install.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from capi_gpu.api.machine import Architecture, HetznerGPUMachineTemplate, NodeIn
 from capi_gpu.controllers import events, loops, pause
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HOSTS
-from capi_gpu.kube import ours
+from capi_gpu.kube import Conflict, ours
 
 TEMPLATES = ours("hetznergpumachinetemplates")
 DEFAULT_GPU = "rtx-pro-6000"
@@ -133,7 +134,9 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         events.emit(obj, "StandbyRemoved", f"{h.metadata['name']} leaves the standby pool")
     for h in unlabelled_standby(name, cluster, hosts, remove):  # set before the label existed, or released
         meta = {"resourceVersion": h.metadata["resourceVersion"], "labels": labels}
-        await deps.kube.patch(HOSTS, str(h.metadata["name"]), {"metadata": meta}, namespace)
+        # A host being prepared is written often: a conflict waits for the next pass, not the status below.
+        with contextlib.suppress(Conflict):
+            await deps.kube.patch(HOSTS, str(h.metadata["name"]), {"metadata": meta}, namespace)
     status = tpl.status.model_copy(deep=True)
     status.conditions = pause.condition(status.conditions, False, now, gen)
     cap = capacity(hosts)

@@ -117,3 +117,25 @@ async def test_block_move_is_held_while_any_action_runs_and_dropped_with_its_out
     ]
     assert marks == ["", None], _host_writes(kube)
     assert domain.BLOCK_MOVE_ANNOTATION not in _stored(kube)["metadata"]["annotations"]
+
+
+async def test_a_pool_host_written_since_the_templates_read_is_labelled_next_pass_and_the_status_still_lands() -> None:
+    standby = {"standby": {"template": "workers"}}
+    kube = FakeKube(("hetznergpumachinetemplates", _template()), _available("gex-1", 1, **standby), _cluster(False))
+    kube.objs[("hetznergpuhosts", NS, "gex-1")]["status"]["state"] = "Standby"
+    real_list = kube.list
+
+    async def stale_list(res: Any, namespace: str | None = None, **kw: Any) -> list[Obj]:
+        items = await real_list(res, namespace, **kw)
+        if res.plural == "hetznergpuhosts":  # the host loop writes between the template's read and its patch
+            kube.objs[("hetznergpuhosts", NS, "gex-1")]["metadata"]["resourceVersion"] = "99"
+        return items
+
+    kube.list = stale_list  # type: ignore[method-assign]
+    await template_loop.reconcile(_deps(kube), NS, "workers")
+    assert _labels(kube, "gex-1") == {}
+    status = kube.objs[("hetznergpumachinetemplates", NS, "workers")].get("status") or {}
+    assert status.get("standbyHosts") == 1
+    kube.list = real_list  # type: ignore[method-assign]
+    await template_loop.reconcile(_deps(kube), NS, "workers")
+    assert _labels(kube, "gex-1") == {domain.CONSUMER_CLUSTER_LABEL: "dev"}
