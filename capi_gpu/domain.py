@@ -104,6 +104,11 @@ GATE_BINDING_CONDITION: Final = f"{DOMAIN}/gpu-ready"
 GATE_FAILURE_CONDITION: Final = f"{DOMAIN}/gpu-failed"
 NVIDIA_DRIVER: Final = "gpu.nvidia.com"
 NVIDIA_XID_TAINT_PREFIX: Final = "gpu.nvidia.com/"
+# Where the dra-driver-nvidia-gpu chart runs its kubelet plugin (playbooks/addons.yml's release namespace) and
+# the selector label it gives only those pods ("<chart name>-component"; app.kubernetes.io/name is on every
+# pod of the chart, the webhook's too).
+NVIDIA_PLUGIN_NAMESPACE: Final = "nvidia-dra-driver-gpu"
+NVIDIA_PLUGIN_SELECTOR: Final = "dra-driver-nvidia-gpu-component=kubelet-plugin"
 # The one device in each node's gate ResourceSlice, and the DeviceClass that selects it (named like the
 # driver, as NVIDIA names gpu.nvidia.com's class).
 GATE_DEVICE_NAME: Final = "gate"

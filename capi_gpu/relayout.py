@@ -49,7 +49,7 @@ class Relayout:
     spec: str  # preset or "1g.24gb=2,2g.48gb=1"
     artifacts: Path
     overrides: dict[str, Any]
-    plugin_selector: str = "app.kubernetes.io/name=dra-driver-nvidia-gpu"
+    plugin_selector: str = domain.NVIDIA_PLUGIN_SELECTOR  # the kubelet plugin only, not the chart's other pods
     timeout: float = 600.0
     say: Callable[[str], None] = print
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from capi_gpu import domain
 from capi_gpu.api.base import Conditions, Initialization, KubeModel, ObjectMetaTemplate, immutable, list_map
 
 
@@ -72,6 +73,14 @@ class LoadBalancerSpec(KubeModel):
     """Secret with the hcloud token (key: passwordKey)."""
 
 
+# A Kubernetes label selector (equality- and set-based terms, comma-separated), so a typo is refused at
+# admission instead of leaving the gate's pod watch failing with 400 and every node unready.
+_KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
+_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+_TERM = rf"(!?{_KEY}|{_KEY} *(=|==|!=) *{_VALUE}|{_KEY} +(in|notin) *\( *{_VALUE}( *, *{_VALUE})* *\))"
+LABEL_SELECTOR_PATTERN = rf"^({_TERM}( *, *{_TERM})*)?$"
+
+
 class DRADriverAddon(KubeModel):
     """NVIDIA's DRA driver chart (dra-driver-nvidia-gpu), installed into the workload cluster by the operator."""
 
@@ -83,6 +92,16 @@ class DRADriverAddon(KubeModel):
     chart_ref: Annotated[str | None, Field(max_length=512)] = None
     """Where the chart comes from: an OCI reference or an archive path inside the operator; the chart's
     registry when unset (the operator's --addons-chart overrides that default, e.g. for a mirror)."""
+    kubelet_plugin_namespace: Annotated[str, Field(max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")] = (
+        domain.NVIDIA_PLUGIN_NAMESPACE
+    )
+    """Namespace of the driver's kubelet-plugin pods (empty: any namespace)."""
+    kubelet_plugin_selector: Annotated[str, Field(max_length=1024, pattern=LABEL_SELECTOR_PATTERN)] = (
+        domain.NVIDIA_PLUGIN_SELECTOR
+    )
+    """Label selector of the driver's kubelet-plugin pods. A node is GPU-ready only while one of them is Running
+    and Ready on it: the kubelet keeps a departed plugin's slices for 30 s, so slices alone would call a node
+    without a plugin ready. Empty turns this check off (the slices alone decide)."""
 
 
 class Addons(KubeModel):

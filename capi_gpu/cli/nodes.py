@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from capi_gpu import domain
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, kubeargs
 from capi_gpu.controllers import workload
 from capi_gpu.kube import SECRETS, Kube
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--cluster", help="Cluster name, to find <cluster>-kubeconfig")
     r.add_argument("--playbook-vars", type=Path, help="PlaybookVars overrides (package mirrors), as for `run`")
     r.add_argument("--artifacts-dir", type=Path, default=Path("/tmp/capi-gpu-relayout"))
-    r.add_argument("--dra-plugin-selector", default="app.kubernetes.io/name=dra-driver-nvidia-gpu")
+    r.add_argument("--dra-plugin-selector", default=domain.NVIDIA_PLUGIN_SELECTOR)
     r.add_argument("--timeout", type=float, default=900)
     r.set_defaults(func=kubeargs.guarded(relayout))
 

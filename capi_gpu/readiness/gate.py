@@ -5,7 +5,10 @@ own client (a kopf operator holds one cluster's credentials) and watches Nodes, 
 ResourceClaims through informers: no polling loop. Each batch of changes re-evaluates only the nodes and
 claims it touched. The three layers:
 
-* node: the ``GPUReady`` condition and the ``readiness.k8s.io/gpu-not-ready`` startup taint;
+* node: the ``GPUReady`` condition and the ``readiness.k8s.io/gpu-not-ready`` startup taint; GPU-ready needs
+  the NVIDIA slices to match the layout and, where a ``PluginCheck`` is given (the operator always gives
+  one unless the cluster turned it off), the driver's kubelet-plugin pod Running on the node (a fourth
+  informer, on those pods only);
 * Machine: the ``GPUReady`` condition, server-side applied so CAPI's own conditions are untouched;
 * claim: our gate ResourceSlice per GPU node, and the gate device's binding condition on allocated claims.
 """
@@ -23,6 +26,7 @@ from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import (
     CAPI_MACHINES,
     NODES,
+    PODS,
     RESOURCECLAIMS,
     RESOURCESLICES,
     AsyncKube,
@@ -44,10 +48,23 @@ NODE_RETRY = 5.0
 
 
 class ClusterGate:
-    def __init__(self, deps: Deps, namespace: str, cluster: str, workload: AsyncKube) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        namespace: str,
+        cluster: str,
+        workload: AsyncKube,
+        plugin: decisions.PluginCheck | None = None,
+        infra_cluster: str | None = None,
+    ) -> None:
+        """``infra_cluster``: the HetznerGPUCluster ``plugin`` was read from; ``run`` returns (so the supervisor
+        starts a gate with the new check) when its check changes."""
         self.deps, self.namespace, self.cluster, self.wl = deps, namespace, cluster, workload
+        self.plugin, self.infra_cluster = plugin, infra_cluster
         self.nodes: dict[str, Obj] = {}
         self.slices: dict[str, Obj] = {}
+        self.plugin_pods: dict[tuple[str, str], Obj] = {}
+        self._plugin_pods_on: dict[str, set[tuple[str, str]]] = collections.defaultdict(set)  # by nodeName
         self.claims: dict[tuple[str, str], Obj] = {}
         self.verdicts: dict[str, decisions.PoolVerdict] = {}
         self.slice_seen: dict[str, float] = {}
@@ -62,6 +79,7 @@ class ClusterGate:
         self._allocated_seen: dict[tuple[str, str], float] = {}
         self._node_retry: dict[str, float] = {}
         self._not_targets: set[str] = set()
+        self._kinds = 3  # informers whose first list must be in before anything is decided
         # When each node's verdict last turned not ready (monotonic): claims the gate saw allocated before
         # it were placed on a ready GPU and keep their gate devices NoSchedule, the rest become NoExecute.
         self._not_ready_since: dict[str, float] = {}
@@ -75,6 +93,10 @@ class ClusterGate:
             Informer(self.wl.sync, res, kind, emit).start()
             for res, kind in ((NODES, "node"), (RESOURCESLICES, "slice"), (RESOURCECLAIMS, "claim"))
         ]
+        if self.plugin is not None:
+            pods = Informer(self.wl.sync, PODS, "pod", emit, self.plugin.selector, namespace=self.plugin.namespace)
+            informers.append(pods.start())
+        self._kinds = len(informers)
         # The management side wakes us too: a machine that just got its providerID makes a node ours.
         mgmt_wake = self.deps.wakeups.event("gate", self.namespace, self.cluster)
         try:
@@ -99,6 +121,8 @@ class ClusterGate:
                 if resync:
                     mgmt_wake.clear()
                     self._targets_at = 0.0  # reload: which machines (and so nodes) are ours may have changed
+                    if await self._plugin_check_changed():
+                        return
                 await self.process(batch, resync=resync)
         finally:
             for inf in informers:
@@ -118,6 +142,8 @@ class ClusterGate:
             else:
                 self.nodes[name] = ch.obj
             nodes.add(name)
+        elif ch.kind == "pod":
+            nodes |= self._apply_plugin_pod(ch)
         elif ch.kind == "slice":
             spec = ch.obj.get("spec", {})
             node = spec.get("nodeName") or spec.get("pool", {}).get("name", "")
@@ -146,6 +172,21 @@ class ClusterGate:
                     self._allocated_seen.setdefault(key, ch.seen)
         return nodes, claims
 
+    def _apply_plugin_pod(self, ch: Change) -> set[str]:
+        """The nodes the change concerns: where the pod was and where it is."""
+        meta = ch.obj.get("metadata", {})
+        key = (meta.get("namespace", ""), meta["name"])
+        nodes = set()
+        before = self.plugin_pods.pop(key, None)
+        if before is not None:  # a pod is bound once, but it may have been seen before it was
+            nodes.add(_node_of(before))
+            self._plugin_pods_on[_node_of(before)].discard(key)
+        if ch.type != "DELETED":
+            self.plugin_pods[key] = ch.obj
+            self._plugin_pods_on[_node_of(ch.obj)].add(key)
+            nodes.add(_node_of(ch.obj))
+        return nodes
+
     async def process(self, batch: list[Change], resync: bool = False) -> None:
         dirty_nodes: set[str] = set()
         dirty_claims: set[tuple[str, str]] = set()
@@ -156,7 +197,7 @@ class ClusterGate:
         now = time.monotonic()
         due = {k for k, t in self._recheck.items() if t <= now}
         retry = {n for n, t in self._node_retry.items() if t <= now}
-        if len(self._synced) < 3:
+        if len(self._synced) < self._kinds:
             return
         for name in retry:
             del self._node_retry[name]
@@ -167,6 +208,19 @@ class ClusterGate:
         # A node verdict change can settle claims waiting on it.
         touched = {k for k, c in self.claims.items() if _gate_node(c) in changed_verdicts}
         await self.gate_claims(dirty_claims | due | touched)
+
+    async def _plugin_check_changed(self) -> bool:
+        if self.infra_cluster is None:
+            return False
+        try:
+            check = await targets.plugin_check(self.deps.kube, self.namespace, self.infra_cluster)
+        except KubeError as exc:
+            log.warning("gate %s/%s: reading the plugin check: %s", self.namespace, self.cluster, exc)
+            return False
+        if check == self.plugin:
+            return False
+        log.info("gate %s/%s: kubelet plugin check now %s; restarting", self.namespace, self.cluster, check)
+        return True
 
     async def _gpu_targets(self, force: bool = False) -> dict[str, targets.GpuTarget]:
         if force or time.monotonic() - self._targets_at > TARGET_TTL:
@@ -209,7 +263,11 @@ class ClusterGate:
         target = tgts.get(node.get("spec", {}).get("providerID", ""))
         if target is None:
             return False
-        verdict = decisions.pool_verdict(self.slices.values(), name, target.expected)
+        plugin = None
+        if self.plugin is not None:
+            pods = [self.plugin_pods[k] for k in self._plugin_pods_on.get(name, ())]
+            plugin = decisions.plugin_problem(pods, name, self.plugin)
+        verdict = decisions.pool_verdict(self.slices.values(), name, target.expected, plugin)
         before = self.verdicts.get(name)
         self.verdicts[name] = verdict
         if verdict.ready:
@@ -354,6 +412,10 @@ class ClusterGate:
             # holds its pod until bindingTimeout: try again shortly.
             log.warning("claim %s/%s: status write failed: %s; retrying", key[0], key[1], exc)
             self._recheck[key] = time.monotonic() + 2.0
+
+
+def _node_of(pod: Obj) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 def _gate_node(claim: Obj) -> str | None:

@@ -39,8 +39,10 @@ class Informer:
         emit: Callable[[Change], None],
         label_selector: str | None = None,
         field_selector: str | None = None,
+        namespace: str | None = None,
     ) -> None:
         self.kube, self.res, self.kind, self.emit = kube, res, kind, emit
+        self.namespace = namespace or None  # None (or ""): every namespace
         self.label_selector, self.field_selector = label_selector, field_selector
         self._stop = threading.Event()
         self._known: dict[tuple[str, str], Obj] = {}  # the last state of every object reported, for relists
@@ -55,7 +57,9 @@ class Informer:
 
     def _list(self) -> str:
         page = self.kube._call(
-            "GET", self.res.path(), query={"labelSelector": self.label_selector, "fieldSelector": self.field_selector}
+            "GET",
+            self.res.path(self.namespace),
+            query={"labelSelector": self.label_selector, "fieldSelector": self.field_selector},
         )
         listed: dict[tuple[str, str], Obj] = {}
         for obj in page.get("items", []):
@@ -79,6 +83,7 @@ class Informer:
                     rv = self._list()
                 for etype, obj in self.kube.watch(
                     self.res,
+                    namespace=self.namespace,
                     resource_version=rv,
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,

@@ -8,15 +8,20 @@ from typing import Any
 from capi_gpu.controllers import workload
 from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import AsyncKube
+from capi_gpu.readiness import targets
 from capi_gpu.readiness.gate import ClusterGate
 
 WORKERS = 8
-WATCHES = 3  # Nodes, ResourceSlices, ResourceClaims
+WATCHES = 4  # Nodes, ResourceSlices, ResourceClaims, the NVIDIA plugin's pods
 
 
-async def run(deps: Deps, namespace: str, cluster: str, stopped: Any) -> None:
+async def run(deps: Deps, namespace: str, cluster: str, stopped: Any, infra_cluster: str | None = None) -> None:
+    """Gate ``cluster``; with ``infra_cluster``, its HetznerGPUCluster says which pods are the NVIDIA kubelet
+    plugin (read at each gate start: a changed check restarts the gate)."""
+
     async def gate(client: AsyncKube) -> None:
-        await ClusterGate(deps, namespace, cluster, client).run(stopped)
+        plugin = None if infra_cluster is None else await targets.plugin_check(deps.kube, namespace, infra_cluster)
+        await ClusterGate(deps, namespace, cluster, client, plugin, infra_cluster).run(stopped)
 
     await workload.supervise(deps, namespace, cluster, "gate", gate, stopped, WORKERS, WATCHES)
 
@@ -25,4 +30,4 @@ async def run_for(deps: Deps, namespace: str, infra_cluster: str, stopped: Any) 
     """For a HetznerGPUCluster: wait until CAPI made it owned by its Cluster, then gate that Cluster."""
     cluster = await workload.owner_cluster(deps, namespace, infra_cluster, stopped)
     if cluster is not None:
-        await run(deps, namespace, cluster, stopped)
+        await run(deps, namespace, cluster, stopped, infra_cluster)

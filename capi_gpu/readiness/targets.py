@@ -11,6 +11,7 @@ import collections
 from dataclasses import dataclass
 
 from capi_gpu import domain
+from capi_gpu.api.cluster import HetznerGPUCluster
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import MigMode
@@ -20,6 +21,7 @@ from capi_gpu.provisioning import gpuplan
 from capi_gpu.readiness import decisions
 
 MACHINES = ours("hetznergpumachines")
+INFRA_CLUSTERS = ours("hetznergpuclusters")
 HOSTS = ours("hetznergpuhosts")
 
 
@@ -92,3 +94,15 @@ async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTa
         )
         out[machine.spec.provider_id] = GpuTarget(machine.spec.provider_id, obj["metadata"]["name"], owner, expected)
     return out
+
+
+async def plugin_check(kube: AsyncKube, namespace: str, infra_cluster: str) -> decisions.PluginCheck | None:
+    """Which pods are the NVIDIA kubelet plugin, from the HetznerGPUCluster; None when its selector is empty
+    (checked off) or the object is gone."""
+    obj = await kube.get_or_none(INFRA_CLUSTERS, infra_cluster, namespace)
+    if obj is None:
+        return None
+    driver = HetznerGPUCluster.model_validate(obj).spec.addons.dra_driver
+    if not driver.kubelet_plugin_selector:
+        return None
+    return decisions.PluginCheck(driver.kubelet_plugin_namespace, driver.kubelet_plugin_selector)

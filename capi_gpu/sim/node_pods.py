@@ -13,7 +13,9 @@ operator's add-ons run, or rendered from the chart archive where a world runs wi
   DaemonSet, bound to the node, and reported ``Running`` once the plugin publishes; it is recreated when gone
   (the DaemonSet controller's part), and a drain (CAPI's, ``kubectl drain``) skips it as it skips the real one;
 - no DaemonSet, or a node it does not fit: no pod, and the node's kubelet publishes no NVIDIA slices
-  (``SimKubelet.publish_dra`` is switched off, a running publisher stopped once its pod is gone);
+  (``SimKubelet.publish_dra`` is switched off). A plugin that goes leaves its slices behind: the kubelet
+  deletes them only ``wipe_delay_s`` (30 s, the kubelet's) after the plugin went, unless a plugin
+  registered again meanwhile, so consumers see slices of a node without a plugin for that long;
 - ``capi-gpu nodes relayout`` restarts the plugin by deleting its pod (static MIG is read only at start): the
   deletion is confirmed after the publisher re-enumerated the GPU, and the replacement starts only then;
 - a pod on a simulated node that is being deleted is removed with a zero grace period once "stopped"
@@ -27,10 +29,12 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from capi_gpu import domain
 from capi_gpu.kube import NODES, PODS, Kube, KubeError, Obj, Res
 from capi_gpu.sim import daemonset_fit, dra_publisher
 
@@ -41,10 +45,13 @@ log = logging.getLogger(__name__)
 
 # The chart's names (dra-driver-nvidia-gpu 0.4.1, release namespace of playbooks/addons.yml): the DaemonSet is
 # "<chart name>-kubelet-plugin", its pods are selected by "<chart name>-component: kubelet-plugin".
-PLUGIN_NAMESPACE = "nvidia-dra-driver-gpu"
+PLUGIN_NAMESPACE = domain.NVIDIA_PLUGIN_NAMESPACE
 PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
-PLUGIN_SELECTOR = "dra-driver-nvidia-gpu-component=kubelet-plugin"
+PLUGIN_SELECTOR = domain.NVIDIA_PLUGIN_SELECTOR
 DAEMONSETS = Res("apps", "v1", "daemonsets")
+# The kubelet's DRA manager deletes a deregistered driver's slices of its node this long after the plugin
+# went; a plugin that registers again within it (a restart) cancels the wipe.
+WIPE_DELAY_S = 30.0
 
 
 def plugin_pod(node: str, daemonset: Obj) -> Obj:
@@ -78,10 +85,21 @@ class NodePods:
     """``NodePods(kube, lambda: fleet.kubelets.values()).start()``; ``stop()`` ends the loop. The kubelets should
     start with ``publish_dra=False``: this turns publishing on where the DaemonSet runs a plugin pod."""
 
-    def __init__(self, kube: Kube, kubelets: Callable[[], Iterable[SimKubelet]], poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        kubelets: Callable[[], Iterable[SimKubelet]],
+        poll_s: float = 0.5,
+        wipe_delay_s: float = WIPE_DELAY_S,
+    ) -> None:
         self.kube = kube
         self.kubelets = kubelets
         self.poll_s = poll_s
+        self.wipe_delay_s = wipe_delay_s
+        self._wipes: dict[str, tuple[float, dra_publisher.DraPublisher]] = {}
+        """Node -> (when, the departed plugin's publisher): its slices are deleted then, if no plugin came back."""
+        self.wiped: list[str] = []
+        """Nodes whose departed plugin's slices were wiped, in order."""
         self.restarts: Counter[str] = Counter()
         """Plugin restarts per node (a relayout restarts it once)."""
         self.confirmed: list[str] = []
@@ -138,6 +156,7 @@ class NodePods:
             elif _is_plugin(pod):
                 plugin_pods[str(spec["nodeName"])] = pod
         self._reconcile_plugin_pods(daemonset, kubelets, plugin_pods)
+        self._wipe_departed(kubelets)
 
     def _confirm_deleted(self, pod: Obj, kubelet: SimKubelet) -> None:
         meta = pod["metadata"]
@@ -184,13 +203,29 @@ class NodePods:
                 self.kube.patch(PODS, pod["metadata"]["name"], _running(), PLUGIN_NAMESPACE, sub="status")
 
     def _plugin_gone(self, kubelet: SimKubelet) -> None:
-        """The plugin stopped and nothing replaces it: its slices go (``publish_dra`` is already off)."""
+        """The plugin stopped and nothing replaces it (``publish_dra`` is already off): its slices stay until
+        the kubelet's wipe delay ends."""
         publisher, kubelet.publisher = kubelet.publisher, None
-        if publisher is not None:
-            publisher.stop()
+        if publisher is not None and kubelet.node_name:
+            self._wipes[str(kubelet.node_name)] = (time.monotonic() + self.wipe_delay_s, publisher)
             log.info(
-                "node pods: no NVIDIA plugin on %s (%s)", kubelet.node_name, self.misfits.get(str(kubelet.node_name))
+                "node pods: no NVIDIA plugin on %s (%s); its slices go in %.0fs",
+                kubelet.node_name,
+                self.misfits.get(str(kubelet.node_name)),
+                self.wipe_delay_s,
             )
+
+    def _wipe_departed(self, kubelets: dict[str, SimKubelet]) -> None:
+        now = time.monotonic()
+        for name, (due, publisher) in list(self._wipes.items()):
+            kubelet = kubelets.get(name)
+            if kubelet is None or kubelet.publisher is not None:
+                del self._wipes[name]  # a plugin registered again (and republished): nothing to wipe
+            elif now >= due:
+                del self._wipes[name]
+                publisher.stop()
+                self.wiped.append(name)
+                log.info("node pods: the kubelet wiped %s's NVIDIA slices (plugin gone %.0fs)", name, self.wipe_delay_s)
 
 
 def _misfit(daemonset: Obj | None, node: Obj | None, running: bool) -> str | None:

@@ -81,10 +81,12 @@ class Gates:
         self.task = asyncio.create_task(self.gate.run(Stopped()))
         return self.gate
 
-    def start_runner(self) -> None:
-        """The production entry point: the runner finds ``<cluster>-kubeconfig`` and starts the gate."""
+    def start_runner(self, infra_cluster: str | None = None) -> None:
+        """The production entry point: the runner finds ``<cluster>-kubeconfig`` and starts the gate; with
+        ``infra_cluster``, the gate checks the NVIDIA plugin's pods as that HetznerGPUCluster says."""
         assert self.task is None, "one gate at a time"
-        self.task = asyncio.create_task(runner.run(self.deps, self.world.namespace, self.world.cluster, Stopped()))
+        ns, cluster = self.world.namespace, self.world.cluster
+        self.task = asyncio.create_task(runner.run(self.deps, ns, cluster, Stopped(), infra_cluster))
 
     async def pause(self) -> None:
         """Stop the gate's loop and informers, keeping its caches and its client: its last view goes stale."""

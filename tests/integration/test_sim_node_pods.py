@@ -2,7 +2,8 @@
 (rendered from the dra-driver-nvidia-gpu 0.4.1 archive with our values): no DaemonSet, no plugin pod and no
 NVIDIA slices; with it, one pod per node it fits, owned by it and matching its selector, and the node
 publishes; deleting the pod re-enumerates the GPU (with the label `capi-gpu nodes relayout` selects by);
-deleting the DaemonSet removes the pod and the slices. The chart's DaemonSet fits a capi-gpu GPU node only
+deleting the DaemonSet removes the pod at once and the slices only after the kubelet's wipe delay, which a
+plugin back in time cancels. The chart's DaemonSet fits a capi-gpu GPU node only
 with our values' affinity. A deleted pod bound to a simulated node is confirmed gone instead of staying
 Terminating."""
 
@@ -31,6 +32,7 @@ GPU = dra_publisher.GpuFacts(
     "GPU-1", "NVIDIA RTX PRO 6000", "Blackwell", "NvidiaRTX", "0000:01:00.0", "580.95.05", "13.0", "12.0", 97887, True
 )
 MIG = dra_publisher.MigFacts("1g.24gb", 14, 1, 0, 1, "MIG-1", 46, 1, 1, 1, 1, 0, 24000)
+WIPE_DELAY_S = 3.0  # the kubelet's is 30 s (node_pods.WIPE_DELAY_S); the same code path, shorter
 
 
 @dataclass
@@ -108,9 +110,10 @@ def _slices(kube: Kube, node: str) -> list[dict[str, Any]]:
     ]
 
 
-def _run(kube: Kube, kubelet: PluginKubelet) -> node_pods.NodePods:
-    """NodePods, and the kubelet's own loop beside it (the real one polls too)."""
-    pods = node_pods.NodePods(kube, lambda: [kubelet], poll_s=0.1).start()
+def run_node_pods(kube: Kube, kubelet: Any, wipe_delay_s: float = node_pods.WIPE_DELAY_S) -> node_pods.NodePods:
+    """NodePods, and the kubelet's own loop beside it (the real one polls too); ``kubelet`` needs what
+    ``PluginKubelet`` has."""
+    pods = node_pods.NodePods(kube, lambda: [kubelet], poll_s=0.1, wipe_delay_s=wipe_delay_s).start()
     original = pods._tick
 
     def tick() -> None:
@@ -143,7 +146,7 @@ def test_no_daemonset_no_plugin_and_no_slices_then_the_charts_daemonset_runs_it(
     kube: Kube, node: str, chart_daemonset: dict[str, Any]
 ) -> None:
     kubelet = PluginKubelet(kube, node)
-    pods = _run(kube, kubelet)
+    pods = run_node_pods(kube, kubelet, wipe_delay_s=WIPE_DELAY_S)
     try:
         _until("a tick that found no DaemonSet", lambda: "no DaemonSet" in pods.misfits.get(node, ""))
         time.sleep(0.5)  # several more ticks: still nothing
@@ -168,9 +171,15 @@ def test_no_daemonset_no_plugin_and_no_slices_then_the_charts_daemonset_runs_it(
         assert pod["metadata"]["labels"].get(k) == v
 
         kube.delete(node_pods.DAEMONSETS, node_pods.PLUGIN_DAEMONSET, node_pods.PLUGIN_NAMESPACE)
+        # The garbage collector may delete the pod before NodePods' next tick sees the DaemonSet gone.
         _until("the plugin pod gone", lambda: not _plugin_pods(kube, node, running=False))
-        _until("the node's slices gone", lambda: not _slices(kube, node))
-        assert not kubelet.publish_dra and kubelet.publisher is None
+        _until("the plugin stopped", lambda: not kubelet.publish_dra and kubelet.publisher is None)
+        gone = time.monotonic()
+        # The kubelet keeps a departed plugin's slices for its wipe delay, then deletes them.
+        assert _slices(kube, node), "the slices went with the plugin: the kubelet keeps them for its wipe delay"
+        _until("the node's slices gone", lambda: not _slices(kube, node), timeout=WIPE_DELAY_S + 10)
+        assert time.monotonic() - gone >= WIPE_DELAY_S - 0.5
+        assert pods.wiped == [node]
     finally:
         pods.stop()
         if kubelet.publisher is not None:
@@ -182,7 +191,7 @@ def test_a_node_the_daemonset_does_not_fit_gets_no_plugin(kube: Kube, chart_daem
     kube.create(NODES, gpu_node(name, labelled=False))
     kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
     kubelet = PluginKubelet(kube, name)
-    pods = _run(kube, kubelet)
+    pods = run_node_pods(kube, kubelet)
     try:
         _until("a tick that found the node misfit", lambda: "nodeAffinity" in pods.misfits.get(name, ""))
         time.sleep(0.5)
@@ -195,7 +204,7 @@ def test_a_node_the_daemonset_does_not_fit_gets_no_plugin(kube: Kube, chart_daem
 def test_deleting_the_plugin_pod_re_enumerates(kube: Kube, node: str, chart_daemonset: dict[str, Any]) -> None:
     kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
     kubelet = PluginKubelet(kube, node)
-    pods = _run(kube, kubelet)
+    pods = run_node_pods(kube, kubelet)
     try:
         first = _until("the plugin pod, Running", lambda: _plugin_pods(kube, node))[0]
         assert _until("slices", lambda: _slices(kube, node))
@@ -231,3 +240,28 @@ def test_a_deleted_pod_on_a_simulated_node_goes_away(kube: Kube, namespace: str,
         assert not _plugin_pods(kube, node)
     finally:
         pods.stop()
+
+
+def test_a_plugin_back_within_the_wipe_delay_keeps_its_slices(
+    kube: Kube, node: str, chart_daemonset: dict[str, Any]
+) -> None:
+    """As the real kubelet: a plugin that registers again before the wipe delay ends cancels the wipe, and
+    republishes over the slices it left (no gap in which the node has none)."""
+    kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+    kubelet = PluginKubelet(kube, node)
+    pods = run_node_pods(kube, kubelet, wipe_delay_s=WIPE_DELAY_S)
+    try:
+        _until("the plugin pod, Running", lambda: _plugin_pods(kube, node))
+        (before,) = _until("slices", lambda: _slices(kube, node))
+        kube.delete(node_pods.DAEMONSETS, node_pods.PLUGIN_DAEMONSET, node_pods.PLUGIN_NAMESPACE)
+        _until("the plugin gone", lambda: kubelet.publisher is None and not _plugin_pods(kube, node, running=False))
+        kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+        _until("the plugin pod back, Running", lambda: _plugin_pods(kube, node))
+        time.sleep(WIPE_DELAY_S + 1)  # past the delay the wipe would have ended at
+        (after,) = _slices(kube, node)
+        assert after["metadata"]["uid"] == before["metadata"]["uid"], "the slice was wiped and published anew"
+        assert pods.wiped == []
+    finally:
+        pods.stop()
+        if kubelet.publisher is not None:
+            kubelet.publisher.stop()

@@ -5,6 +5,7 @@ here, free of I/O and of the clock (``now`` is a parameter), so it can be tested
 from recorded objects. Split by the object the decision is about:
 
 * ``pools``: is the node's NVIDIA pool the one the MIG layout promises (``pool_verdict``);
+* ``plugin``: does the NVIDIA kubelet plugin run on the node (its pods);
 * ``node``: the Node condition + startup taint patch, the Machine condition;
 * ``claims``: the gate driver's ResourceSlice and the gate device's binding condition on a claim.
 
@@ -33,6 +34,7 @@ from capi_gpu.readiness.decisions.node import (
     machine_condition,
     node_gate_patch,
 )
+from capi_gpu.readiness.decisions.plugin import PluginCheck, plugin_problem
 from capi_gpu.readiness.decisions.pools import (
     CurrentPool,
     DeviceTaint,
@@ -58,6 +60,7 @@ __all__ = [
     "NodePatch",
     "NodeSubresource",
     "NodeWrite",
+    "PluginCheck",
     "PoolDevice",
     "PoolReason",
     "PoolVerdict",
@@ -72,5 +75,6 @@ __all__ = [
     "machine_condition",
     "merged_device_statuses",
     "node_gate_patch",
+    "plugin_problem",
     "pool_verdict",
 ]

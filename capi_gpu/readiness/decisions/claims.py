@@ -269,8 +269,13 @@ def _untolerated(node_name: str, result: Mapping[str, Any], device: pools.PoolDe
 def _transient(reason: pools.PoolReason) -> bool:
     """Whether a node verdict may clear on its own within the grace period."""
     match reason:
-        case pools.PoolReason.NO_SLICES | pools.PoolReason.POOL_INCOMPLETE | pools.PoolReason.STALE_GENERATION:
-            return True
+        case (
+            pools.PoolReason.PLUGIN_NOT_RUNNING
+            | pools.PoolReason.NO_SLICES
+            | pools.PoolReason.POOL_INCOMPLETE
+            | pools.PoolReason.STALE_GENERATION
+        ):
+            return True  # a restarting plugin (a relayout, a chart upgrade) comes back by itself
         case (
             pools.PoolReason.HOST_MISMATCH
             | pools.PoolReason.LAYOUT_MISMATCH

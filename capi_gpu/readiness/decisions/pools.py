@@ -11,6 +11,8 @@ every problem goes into the message):
 
 * ``HostMismatch``: nvidia-smi on the host (checked over SSH at provisioning) disagrees with the layout;
   the root cause of anything the slices then show, so it is named first;
+* ``PluginNotRunning``: no NVIDIA kubelet-plugin pod is Running and Ready on the node (``plugin``); its
+  slices may outlive it by 30 s (the kubelet's wipe delay), and a pod placed meanwhile can't be prepared;
 * ``NoSlices``: the plugin has published nothing for the node;
 * ``PoolIncomplete``: fewer (or more) slices at the newest generation than ``resourceSliceCount``;
 * ``StaleGeneration``: the newest complete pool lists MIG UUIDs the host no longer has: the plugin
@@ -48,6 +50,7 @@ class PoolReason(enum.StrEnum):
 
     READY = "Ready"
     HOST_MISMATCH = "HostMismatch"
+    PLUGIN_NOT_RUNNING = "PluginNotRunning"
     NO_SLICES = "NoSlices"
     POOL_INCOMPLETE = "PoolIncomplete"
     STALE_GENERATION = "StaleGeneration"
@@ -233,12 +236,18 @@ def _attribute(attributes: Mapping[str, Any], name: str, driver: str) -> str:
     return ""
 
 
-def pool_verdict(slices: Iterable[Mapping[str, Any]], node_name: str, expected: ExpectedPool) -> PoolVerdict:
-    """Decide whether ``node_name``'s NVIDIA pool is exactly what its layout promises."""
+def pool_verdict(
+    slices: Iterable[Mapping[str, Any]], node_name: str, expected: ExpectedPool, plugin_problem: str | None = None
+) -> PoolVerdict:
+    """Decide whether ``node_name``'s NVIDIA pool is exactly what its layout promises.
+
+    ``plugin_problem`` is ``plugin.plugin_problem``'s answer where the caller watches the plugin's pods."""
     problems: list[Problem] = []
     if not expected.host_agrees:
         detail = expected.host_detail or "nvidia-smi on the host disagrees with the MIG layout"
         problems.append(Problem(PoolReason.HOST_MISMATCH, f"host check: {detail}"))
+    if plugin_problem is not None:
+        problems.append(Problem(PoolReason.PLUGIN_NOT_RUNNING, plugin_problem))
     pools = current_pools(slices, node_name)
     if not pools:
         problems.append(

@@ -333,7 +333,12 @@ def test_gate_only_claim_binds_on_ready_node() -> None:
 
 def test_verdict_reasons_are_classified() -> None:
     """Every PoolReason is either transient or fatal for a waiting claim (exhaustive over the enum)."""
-    transient = {PoolReason.NO_SLICES, PoolReason.POOL_INCOMPLETE, PoolReason.STALE_GENERATION}
+    transient = {
+        PoolReason.PLUGIN_NOT_RUNNING,
+        PoolReason.NO_SLICES,
+        PoolReason.POOL_INCOMPLETE,
+        PoolReason.STALE_GENERATION,
+    }
     for reason in PoolReason:
         if reason is PoolReason.READY:
             continue
