@@ -109,6 +109,9 @@ NVIDIA_XID_TAINT_PREFIX: Final = "gpu.nvidia.com/"
 # pod of the chart, the webhook's too).
 NVIDIA_PLUGIN_NAMESPACE: Final = "nvidia-dra-driver-gpu"
 NVIDIA_PLUGIN_SELECTOR: Final = "dra-driver-nvidia-gpu-component=kubelet-plugin"
+# Where the gate driver's kubelet plugin runs (config/dra/gate-plugin-daemonset.yaml) and its pods' label.
+GATE_PLUGIN_NAMESPACE: Final = "kube-system"
+GATE_PLUGIN_SELECTOR: Final = "app.kubernetes.io/name=capi-gpu-gate-plugin"
 # The one device in each node's gate ResourceSlice, and the DeviceClass that selects it (named like the
 # driver, as NVIDIA names gpu.nvidia.com's class).
 GATE_DEVICE_NAME: Final = "gate"

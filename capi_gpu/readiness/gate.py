@@ -6,9 +6,8 @@ ResourceClaims through informers: no polling loop. Each batch of changes re-eval
 claims it touched. The three layers:
 
 * node: the ``GPUReady`` condition and the ``readiness.k8s.io/gpu-not-ready`` startup taint; GPU-ready needs
-  the NVIDIA slices to match the layout and, where a ``PluginCheck`` is given (the operator always gives
-  one unless the cluster turned it off), the driver's kubelet-plugin pod Running on the node (a fourth
-  informer, on those pods only);
+  the NVIDIA slices to match the layout and, for each ``PluginCheck`` given (the operator gives NVIDIA's
+  plugin and the gate's own), a kubelet-plugin pod Running on the node (one informer each, on those pods);
 * Machine: the ``GPUReady`` condition, server-side applied so CAPI's own conditions are untouched;
 * claim: our gate ResourceSlice per GPU node, and the gate device's binding condition on allocated claims.
 """
@@ -54,17 +53,18 @@ class ClusterGate:
         namespace: str,
         cluster: str,
         workload: AsyncKube,
-        plugin: decisions.PluginCheck | None = None,
+        plugins: tuple[decisions.PluginCheck, ...] = (),
         infra_cluster: str | None = None,
     ) -> None:
-        """``infra_cluster``: the HetznerGPUCluster ``plugin`` was read from; ``run`` returns (so the supervisor
-        starts a gate with the new check) when its check changes."""
+        """``infra_cluster``: the HetznerGPUCluster ``plugins`` were read from; ``run`` returns (so the
+        supervisor starts a gate with the new checks) when they change."""
         self.deps, self.namespace, self.cluster, self.wl = deps, namespace, cluster, workload
-        self.plugin, self.infra_cluster = plugin, infra_cluster
+        self.plugins, self.infra_cluster = plugins, infra_cluster
         self.nodes: dict[str, Obj] = {}
         self.slices: dict[str, Obj] = {}
-        self.plugin_pods: dict[tuple[str, str], Obj] = {}
-        self._plugin_pods_on: dict[str, set[tuple[str, str]]] = collections.defaultdict(set)  # by nodeName
+        # Per plugin check: its pods, and their keys by nodeName.
+        self.plugin_pods: list[dict[tuple[str, str], Obj]] = [{} for _ in plugins]
+        self._plugin_pods_on = [collections.defaultdict[str, set[tuple[str, str]]](set) for _ in plugins]
         self.claims: dict[tuple[str, str], Obj] = {}
         self.verdicts: dict[str, decisions.PoolVerdict] = {}
         self.slice_seen: dict[str, float] = {}
@@ -93,9 +93,9 @@ class ClusterGate:
             Informer(self.wl.sync, res, kind, emit).start()
             for res, kind in ((NODES, "node"), (RESOURCESLICES, "slice"), (RESOURCECLAIMS, "claim"))
         ]
-        if self.plugin is not None:
-            pods = Informer(self.wl.sync, PODS, "pod", emit, self.plugin.selector, namespace=self.plugin.namespace)
-            informers.append(pods.start())
+        for i, check in enumerate(self.plugins):
+            informers.append(Informer(self.wl.sync, PODS, f"pod:{i}", emit, check.selector, None, check.namespace))
+            informers[-1].start()
         self._kinds = len(informers)
         # The management side wakes us too: a machine that just got its providerID makes a node ours.
         mgmt_wake = self.deps.wakeups.event("gate", self.namespace, self.cluster)
@@ -142,8 +142,8 @@ class ClusterGate:
             else:
                 self.nodes[name] = ch.obj
             nodes.add(name)
-        elif ch.kind == "pod":
-            nodes |= self._apply_plugin_pod(ch)
+        elif ch.kind.startswith("pod:"):
+            nodes |= self._apply_plugin_pod(int(ch.kind[4:]), ch)
         elif ch.kind == "slice":
             spec = ch.obj.get("spec", {})
             node = spec.get("nodeName") or spec.get("pool", {}).get("name", "")
@@ -172,18 +172,19 @@ class ClusterGate:
                     self._allocated_seen.setdefault(key, ch.seen)
         return nodes, claims
 
-    def _apply_plugin_pod(self, ch: Change) -> set[str]:
+    def _apply_plugin_pod(self, check: int, ch: Change) -> set[str]:
         """The nodes the change concerns: where the pod was and where it is."""
         meta = ch.obj.get("metadata", {})
         key = (meta.get("namespace", ""), meta["name"])
+        pods, on = self.plugin_pods[check], self._plugin_pods_on[check]
         nodes = set()
-        before = self.plugin_pods.pop(key, None)
+        before = pods.pop(key, None)
         if before is not None:  # a pod is bound once, but it may have been seen before it was
             nodes.add(_node_of(before))
-            self._plugin_pods_on[_node_of(before)].discard(key)
+            on[_node_of(before)].discard(key)
         if ch.type != "DELETED":
-            self.plugin_pods[key] = ch.obj
-            self._plugin_pods_on[_node_of(ch.obj)].add(key)
+            pods[key] = ch.obj
+            on[_node_of(ch.obj)].add(key)
             nodes.add(_node_of(ch.obj))
         return nodes
 
@@ -213,13 +214,13 @@ class ClusterGate:
         if self.infra_cluster is None:
             return False
         try:
-            check = await targets.plugin_check(self.deps.kube, self.namespace, self.infra_cluster)
+            checks = await targets.plugin_checks(self.deps.kube, self.namespace, self.infra_cluster)
         except KubeError as exc:
-            log.warning("gate %s/%s: reading the plugin check: %s", self.namespace, self.cluster, exc)
+            log.warning("gate %s/%s: reading the plugin checks: %s", self.namespace, self.cluster, exc)
             return False
-        if check == self.plugin:
+        if checks == self.plugins:
             return False
-        log.info("gate %s/%s: kubelet plugin check now %s; restarting", self.namespace, self.cluster, check)
+        log.info("gate %s/%s: kubelet plugin checks now %s; restarting", self.namespace, self.cluster, checks)
         return True
 
     async def _gpu_targets(self, force: bool = False) -> dict[str, targets.GpuTarget]:
@@ -263,11 +264,7 @@ class ClusterGate:
         target = tgts.get(node.get("spec", {}).get("providerID", ""))
         if target is None:
             return False
-        plugin = None
-        if self.plugin is not None:
-            pods = [self.plugin_pods[k] for k in self._plugin_pods_on.get(name, ())]
-            plugin = decisions.plugin_problem(pods, name, self.plugin)
-        verdict = decisions.pool_verdict(self.slices.values(), name, target.expected, plugin)
+        verdict = decisions.pool_verdict(self.slices.values(), name, target.expected, self._plugin_problem(name))
         before = self.verdicts.get(name)
         self.verdicts[name] = verdict
         if verdict.ready:
@@ -292,6 +289,14 @@ class ClusterGate:
             self.verdicts.pop(name, None)
             self._node_retry[name] = time.monotonic() + NODE_RETRY
         return before is None or before.reason != verdict.reason or before.message != verdict.message
+
+    def _plugin_problem(self, node: str) -> str | None:
+        problems = []
+        for check, pods, on in zip(self.plugins, self.plugin_pods, self._plugin_pods_on, strict=True):
+            problem = decisions.plugin_problem([pods[k] for k in on.get(node, ())], node, check)
+            if problem is not None:
+                problems.append(problem)
+        return "; ".join(problems) or None
 
     async def _write_node(self, node: Obj, verdict: decisions.PoolVerdict) -> bool:
         """False when the node is gone."""

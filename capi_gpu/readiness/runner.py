@@ -12,16 +12,16 @@ from capi_gpu.readiness import targets
 from capi_gpu.readiness.gate import ClusterGate
 
 WORKERS = 8
-WATCHES = 4  # Nodes, ResourceSlices, ResourceClaims, the NVIDIA plugin's pods
+WATCHES = 5  # Nodes, ResourceSlices, ResourceClaims, the NVIDIA plugin's pods, the gate plugin's pods
 
 
 async def run(deps: Deps, namespace: str, cluster: str, stopped: Any, infra_cluster: str | None = None) -> None:
-    """Gate ``cluster``; with ``infra_cluster``, its HetznerGPUCluster says which pods are the NVIDIA kubelet
-    plugin (read at each gate start: a changed check restarts the gate)."""
+    """Gate ``cluster``; with ``infra_cluster``, GPU-ready also needs the kubelet plugins' pods its
+    HetznerGPUCluster names (read at each gate start: a change restarts the gate)."""
 
     async def gate(client: AsyncKube) -> None:
-        plugin = None if infra_cluster is None else await targets.plugin_check(deps.kube, namespace, infra_cluster)
-        await ClusterGate(deps, namespace, cluster, client, plugin, infra_cluster).run(stopped)
+        plugins = () if infra_cluster is None else await targets.plugin_checks(deps.kube, namespace, infra_cluster)
+        await ClusterGate(deps, namespace, cluster, client, plugins, infra_cluster).run(stopped)
 
     await workload.supervise(deps, namespace, cluster, "gate", gate, stopped, WORKERS, WATCHES)
 

@@ -96,13 +96,19 @@ async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTa
     return out
 
 
-async def plugin_check(kube: AsyncKube, namespace: str, infra_cluster: str) -> decisions.PluginCheck | None:
-    """Which pods are the NVIDIA kubelet plugin, from the HetznerGPUCluster; None when its selector is empty
-    (checked off) or the object is gone."""
+NVIDIA_PLUGIN = "NVIDIA DRA kubelet plugin"
+GATE_PLUGIN = decisions.PluginCheck("gate kubelet plugin", domain.GATE_PLUGIN_NAMESPACE, domain.GATE_PLUGIN_SELECTOR)
+
+
+async def plugin_checks(kube: AsyncKube, namespace: str, infra_cluster: str) -> tuple[decisions.PluginCheck, ...]:
+    """The kubelet plugins a GPU-ready node must run, as the HetznerGPUCluster names them: NVIDIA's (unless its
+    selector is empty) and the gate's own (``config/dra/gate-plugin-daemonset.yaml``, always: without it no
+    claim with a gate device can be prepared); none while the object is gone."""
     obj = await kube.get_or_none(INFRA_CLUSTERS, infra_cluster, namespace)
     if obj is None:
-        return None
+        return ()
     driver = HetznerGPUCluster.model_validate(obj).spec.addons.dra_driver
     if not driver.kubelet_plugin_selector:
-        return None
-    return decisions.PluginCheck(driver.kubelet_plugin_namespace, driver.kubelet_plugin_selector)
+        return (GATE_PLUGIN,)
+    nvidia = decisions.PluginCheck(NVIDIA_PLUGIN, driver.kubelet_plugin_namespace, driver.kubelet_plugin_selector)
+    return (nvidia, GATE_PLUGIN)

@@ -16,6 +16,10 @@ operator's add-ons run, or rendered from the chart archive where a world runs wi
   (``SimKubelet.publish_dra`` is switched off). A plugin that goes leaves its slices behind: the kubelet
   deletes them only ``wipe_delay_s`` (30 s, the kubelet's) after the plugin went, unless a plugin
   registered again meanwhile, so consumers see slices of a node without a plugin for that long;
+- the gate driver's own kubelet plugin (``config/dra/gate-plugin-daemonset.yaml``, DaemonSet
+  ``kube-system/capi-gpu-gate-plugin``) gets the same treatment, a Running pod wherever its DaemonSet fits;
+  it publishes nothing (the gate's slice comes from the operator), but without it a real kubelet could not
+  prepare a claim's gate device, so the gate requires its pod as it requires NVIDIA's;
 - ``capi-gpu nodes relayout`` restarts the plugin by deleting its pod (static MIG is read only at start): the
   deletion is confirmed after the publisher re-enumerated the GPU, and the replacement starts only then;
 - a pod on a simulated node that is being deleted is removed with a zero grace period once "stopped"
@@ -49,6 +53,9 @@ PLUGIN_NAMESPACE = domain.NVIDIA_PLUGIN_NAMESPACE
 PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
 PLUGIN_SELECTOR = domain.NVIDIA_PLUGIN_SELECTOR
 DAEMONSETS = Res("apps", "v1", "daemonsets")
+GATE_PLUGIN_NAMESPACE = domain.GATE_PLUGIN_NAMESPACE
+GATE_PLUGIN_DAEMONSET = "capi-gpu-gate-plugin"
+GATE_PLUGIN_SELECTOR = domain.GATE_PLUGIN_SELECTOR
 # The kubelet's DRA manager deletes a deregistered driver's slices of its node this long after the plugin
 # went; a plugin that registers again within it (a restart) cancels the wipe.
 WIPE_DELAY_S = 30.0
@@ -157,6 +164,31 @@ class NodePods:
                 plugin_pods[str(spec["nodeName"])] = pod
         self._reconcile_plugin_pods(daemonset, kubelets, plugin_pods)
         self._wipe_departed(kubelets)
+        self._reconcile_gate_plugin_pods(kubelets, nodes, pods)
+
+    def _reconcile_gate_plugin_pods(
+        self, kubelets: dict[str, SimKubelet], nodes: dict[str, Obj], pods: list[Obj]
+    ) -> None:
+        """The DaemonSet controller's part for the gate's plugin: a Running pod on every node it fits, none
+        elsewhere; a deleted one is replaced once its deletion was confirmed (above)."""
+        daemonset = self.kube.get_or_none(DAEMONSETS, GATE_PLUGIN_DAEMONSET, GATE_PLUGIN_NAMESPACE)
+        if daemonset is not None and daemonset["metadata"].get("deletionTimestamp"):
+            daemonset = None
+        ours = [p for p in pods if _selected(p, GATE_PLUGIN_NAMESPACE, GATE_PLUGIN_SELECTOR)]
+        holding = {(p.get("spec") or {}).get("nodeName") for p in ours}  # terminating ones too
+        current = {p["spec"]["nodeName"]: p for p in ours if not p["metadata"].get("deletionTimestamp")}
+        for name in kubelets:
+            pod = current.get(name)
+            node = nodes.get(name)
+            spec = (daemonset or {}).get("spec", {}).get("template", {}).get("spec") or {}
+            if daemonset is None or node is None or daemonset_fit.misfit(spec, node, running=pod is not None):
+                if pod is not None:
+                    self.kube.delete(PODS, pod["metadata"]["name"], GATE_PLUGIN_NAMESPACE)
+                continue
+            if name not in holding:
+                pod = self.kube.create(PODS, plugin_pod(name, daemonset), GATE_PLUGIN_NAMESPACE)
+            if pod is not None and (pod.get("status") or {}).get("phase") != "Running":
+                self.kube.patch(PODS, pod["metadata"]["name"], _running(), GATE_PLUGIN_NAMESPACE, sub="status")
 
     def _confirm_deleted(self, pod: Obj, kubelet: SimKubelet) -> None:
         meta = pod["metadata"]
@@ -237,9 +269,14 @@ def _misfit(daemonset: Obj | None, node: Obj | None, running: bool) -> str | Non
 
 
 def _is_plugin(pod: Obj) -> bool:
-    key, _, value = PLUGIN_SELECTOR.partition("=")
+    return _selected(pod, PLUGIN_NAMESPACE, PLUGIN_SELECTOR)
+
+
+def _selected(pod: Obj, namespace: str, selector: str) -> bool:
+    """``selector``: one key=value, as the plugins' selectors are."""
+    key, _, value = selector.partition("=")
     meta = pod["metadata"]
-    return meta.get("namespace") == PLUGIN_NAMESPACE and (meta.get("labels") or {}).get(key) == value
+    return meta.get("namespace") == namespace and (meta.get("labels") or {}).get(key) == value
 
 
 def _running() -> dict[str, Any]:

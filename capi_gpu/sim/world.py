@@ -44,6 +44,7 @@ HOSTS = ours("hetznergpuhosts")
 CLUSTERS = ours("hetznergpuclusters")
 DRA_CLAIMS = binaries.REPO / "config" / "dra" / "claims"
 DRA_CLASSES = binaries.REPO / "config" / "dra"
+GATE_PLUGIN_DAEMONSET = DRA_CLASSES / "gate-plugin-daemonset.yaml"
 ADDONS_TIMEOUT_S = 300.0
 
 
@@ -233,12 +234,14 @@ class World:
     def _addons_by_hand(self) -> None:
         """What the operator's add-ons run would install, for worlds that run it with --no-addons: the chart's
         objects from the real chart's render (its DeviceClasses and kubelet-plugin DaemonSet among them),
-        the gate DeviceClass and the claim templates in the world's namespace."""
+        the gate DeviceClass and kubelet-plugin DaemonSet, and the claim templates in the world's namespace."""
         nvidia_chart.install(self.k)
         for path in sorted(DRA_CLASSES.glob("*deviceclass*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc:
                     self.k.apply(DEVICECLASSES, doc)
+        gate_plugin = yaml.safe_load(GATE_PLUGIN_DAEMONSET.read_text())
+        self.k.apply(node_pods.DAEMONSETS, gate_plugin, gate_plugin["metadata"]["namespace"])
         for path in sorted(DRA_CLAIMS.glob("*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc and doc.get("kind") == "ResourceClaimTemplate":

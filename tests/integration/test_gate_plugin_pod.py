@@ -1,24 +1,28 @@
 """Gate case on the real apiserver: a node whose NVIDIA kubelet plugin went is not GPU-ready, although the
 kubelet keeps the plugin's slices for 30 s after it went (its wipe delay) and those slices still match the
-layout. The plugin's pods come from the real chart's DaemonSet (rendered from the 0.4.1 archive), the
-simulated kubelet keeps the slices for the real 30 s, and the gate runs from its production entry point
-(the runner, reading the check from the HetznerGPUCluster). A driver run under other labels is followed once
-the HetznerGPUCluster names them."""
+layout; nor is a node without the gate's own kubelet plugin (no claim with a gate device could be prepared
+there). The plugins' pods come from their real DaemonSets (NVIDIA's rendered from the 0.4.1 chart archive,
+ours from config/dra), the simulated kubelet keeps the slices for the real 30 s, and the gate runs from its
+production entry point (the runner, reading the checks from the HetznerGPUCluster). A driver run under
+other labels is followed once the HetznerGPUCluster names them."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import test_readiness_gate as rg
+import yaml
 from test_readiness_gate import Gates, is_, node_condition, ready
 from test_sim_node_pods import _slices, chart_daemonset, run_node_pods
 
 from capi_gpu import domain
 from capi_gpu.kube import PODS, Kube
 from capi_gpu.sim import node_pods
+from capi_gpu.sim import world as sim_world
 from capi_gpu.sim.dra_publisher import DraPublisher
 from capi_gpu.sim.gate_world import CLUSTERS, GateWorld, GpuNode
 
@@ -50,17 +54,33 @@ def not_ready_because(kube: Kube, node: str, reason: str) -> bool:
     return rg.tainted(kube, node) and is_(node_condition(kube, node), "False", reason)
 
 
+@pytest.fixture
+def gate_daemonset(kube: Kube) -> Iterator[dict[str, Any]]:
+    """The gate's kubelet-plugin DaemonSet as the add-ons run applies it; deleted after."""
+    yield yaml.safe_load(sim_world.GATE_PLUGIN_DAEMONSET.read_text())
+    kube.delete(node_pods.DAEMONSETS, node_pods.GATE_PLUGIN_DAEMONSET, node_pods.GATE_PLUGIN_NAMESPACE)
+
+
 async def test_a_node_whose_plugin_went_is_not_ready_while_its_slices_linger(
-    kube: Kube, world: GateWorld, gates: Gates, chart_daemonset: dict[str, Any]
+    kube: Kube, world: GateWorld, gates: Gates, chart_daemonset: dict[str, Any], gate_daemonset: dict[str, Any]
 ) -> None:
     a = world.add_node()
     kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+    kube.apply(node_pods.DAEMONSETS, gate_daemonset, node_pods.GATE_PLUGIN_NAMESPACE)
     kubelet = NodeKubelet(a)
     pods = run_node_pods(kube, kubelet)  # the kubelet's real 30 s wipe delay
     try:
         gates.start_runner(infra_cluster=world.cluster)
         await ready(gates, kube, a)
         assert is_(node_condition(kube, a.node), "True", "Ready")
+
+        # Without the gate's own plugin the kubelet could not prepare a claim's gate device.
+        kube.delete(node_pods.DAEMONSETS, node_pods.GATE_PLUGIN_DAEMONSET, node_pods.GATE_PLUGIN_NAMESPACE)
+        await gates.wait("a not ready: no gate plugin", lambda: not_ready_because(kube, a.node, "PluginNotRunning"))
+        message = node_condition(kube, a.node)["message"]  # type: ignore[index]
+        assert "no gate kubelet plugin pod" in message and "NVIDIA" not in message, message
+        kube.apply(node_pods.DAEMONSETS, gate_daemonset, node_pods.GATE_PLUGIN_NAMESPACE)
+        await ready(gates, kube, a)
 
         # The plugin goes for good (the chart uninstalled; the same when its DaemonSet no longer fits the node).
         kube.delete(node_pods.DAEMONSETS, node_pods.PLUGIN_DAEMONSET, node_pods.PLUGIN_NAMESPACE)

@@ -24,6 +24,7 @@ from capi_gpu import domain
 from capi_gpu.kube import NAMESPACES, NODES, PODS, RESOURCESLICES, Kube, Res
 from capi_gpu.relayout import Relayout
 from capi_gpu.sim import daemonset_fit, dra_publisher, node_pods, nvidia_chart
+from capi_gpu.sim import world as sim_world
 
 pytestmark = pytest.mark.integration
 
@@ -265,3 +266,33 @@ def test_a_plugin_back_within_the_wipe_delay_keeps_its_slices(
         pods.stop()
         if kubelet.publisher is not None:
             kubelet.publisher.stop()
+
+
+def test_the_gate_plugin_daemonset_runs_a_pod_on_gpu_nodes_only(kube: Kube, node: str) -> None:
+    """The gate's own kubelet-plugin DaemonSet (config/dra): a Running pod on a GPU node, owned by it; none on a
+    node without the gpu label; gone with the DaemonSet."""
+    gate_ds = yaml.safe_load(sim_world.GATE_PLUGIN_DAEMONSET.read_text())
+    cpu = f"cpu-{uuid.uuid4().hex[:6]}"
+    kube.create(NODES, gpu_node(cpu, labelled=False))
+    kubelets = [PluginKubelet(kube, node), PluginKubelet(kube, cpu)]
+    pods = node_pods.NodePods(kube, lambda: kubelets, poll_s=0.1).start()
+
+    def gate_pods(on: str) -> list[dict[str, Any]]:
+        selected = kube.list(PODS, node_pods.GATE_PLUGIN_NAMESPACE, label_selector=node_pods.GATE_PLUGIN_SELECTOR)
+        return [p for p in selected if p["spec"].get("nodeName") == on and not p["metadata"].get("deletionTimestamp")]
+
+    try:
+        ds = kube.apply(node_pods.DAEMONSETS, gate_ds, node_pods.GATE_PLUGIN_NAMESPACE)
+        pod = _until(
+            "the gate plugin pod, Running",
+            lambda: [p for p in gate_pods(node) if p["status"].get("phase") == "Running"],
+        )[0]
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == ds["metadata"]["uid"]
+        time.sleep(0.5)
+        assert gate_pods(cpu) == []
+        kube.delete(node_pods.DAEMONSETS, node_pods.GATE_PLUGIN_DAEMONSET, node_pods.GATE_PLUGIN_NAMESPACE)
+        _until("the gate plugin pod gone", lambda: not gate_pods(node))
+    finally:
+        pods.stop()
+        kube.delete(NODES, cpu)
+        kube.delete(node_pods.DAEMONSETS, node_pods.GATE_PLUGIN_DAEMONSET, node_pods.GATE_PLUGIN_NAMESPACE)

@@ -1,10 +1,12 @@
-"""Is the NVIDIA DRA kubelet plugin running on a node? Decided from its pods.
+"""Are a node's DRA kubelet plugins running? Decided from their pods.
 
 The slices alone can't say: the kubelet keeps a departed plugin's ResourceSlices for 30 s (so a restarting
 plugin need not republish), and kube-scheduler allocates from them meanwhile. A node whose plugin is gone
 for good would look GPU-ready for that long, and a pod placed there fails at NodePrepareResources. So a
 GPU-ready node also needs one of the driver's kubelet-plugin pods bound to it, Running and Ready (the
 chart's containers have startup and liveness probes, no readiness probe: Ready means started and alive).
+The gate driver's own kubelet plugin is needed as much: the kubelet prepares every driver a claim names,
+and a claim on a GPU node names the gate device too, so without it no GPU pod starts there.
 
 Pure: the pods the caller watched (by ``PluginCheck.selector``) in, a problem message or None out.
 """
@@ -18,8 +20,9 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class PluginCheck:
-    """Which pods are the driver's kubelet plugin: a label selector, in one namespace or ("") any."""
+    """Which pods are a driver's kubelet plugin: a label selector, in one namespace or ("") any."""
 
+    name: str  # for messages: "NVIDIA DRA kubelet plugin"
     namespace: str
     selector: str
 
@@ -42,7 +45,7 @@ def plugin_problem(pods: Iterable[Mapping[str, Any]], node_name: str, check: Plu
         seen.append(f"{meta.get('namespace')}/{meta.get('name')} {state}")
     where = f"in namespace {check.namespace}" if check.namespace else "in any namespace"
     found = f": {', '.join(sorted(seen))}" if seen else ""
-    return f"no NVIDIA DRA kubelet plugin pod ({check.selector} {where}) Running and Ready on node {node_name}{found}"
+    return f"no {check.name} pod ({check.selector} {where}) Running and Ready on node {node_name}{found}"
 
 
 def _map(value: object) -> Mapping[str, Any]:

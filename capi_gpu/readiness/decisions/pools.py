@@ -11,8 +11,9 @@ every problem goes into the message):
 
 * ``HostMismatch``: nvidia-smi on the host (checked over SSH at provisioning) disagrees with the layout;
   the root cause of anything the slices then show, so it is named first;
-* ``PluginNotRunning``: no NVIDIA kubelet-plugin pod is Running and Ready on the node (``plugin``); its
-  slices may outlive it by 30 s (the kubelet's wipe delay), and a pod placed meanwhile can't be prepared;
+* ``PluginNotRunning``: no pod of NVIDIA's kubelet plugin, or of the gate's, is Running and Ready on the
+  node (``plugin``); NVIDIA's slices may outlive its plugin by 30 s (the kubelet's wipe delay), and a pod
+  placed meanwhile can't be prepared;
 * ``NoSlices``: the plugin has published nothing for the node;
 * ``PoolIncomplete``: fewer (or more) slices at the newest generation than ``resourceSliceCount``;
 * ``StaleGeneration``: the newest complete pool lists MIG UUIDs the host no longer has: the plugin

@@ -17,8 +17,10 @@ from capi_gpu.readiness.decisions import PoolReason
 
 NODE = "gex131-a"
 BALANCED = decisions.ExpectedPool(profiles={"1g.24gb": 2, "2g.48gb": 1})
-CHECK = decisions.PluginCheck(domain.NVIDIA_PLUGIN_NAMESPACE, domain.NVIDIA_PLUGIN_SELECTOR)
-ANY_NAMESPACE = decisions.PluginCheck("", domain.NVIDIA_PLUGIN_SELECTOR)
+CHECK = decisions.PluginCheck(
+    "NVIDIA DRA kubelet plugin", domain.NVIDIA_PLUGIN_NAMESPACE, domain.NVIDIA_PLUGIN_SELECTOR
+)
+ANY_NAMESPACE = dataclasses.replace(CHECK, namespace="")
 
 
 def pod(
@@ -47,7 +49,12 @@ class Case:
 
 CASES = [
     Case("running-ready", [pod()], True),
-    Case("none", [], False, (domain.NVIDIA_PLUGIN_SELECTOR, f"in namespace {domain.NVIDIA_PLUGIN_NAMESPACE}", NODE)),
+    Case(
+        "none",
+        [],
+        False,
+        ("no NVIDIA DRA kubelet plugin pod", domain.NVIDIA_PLUGIN_SELECTOR, f"in namespace {CHECK.namespace}", NODE),
+    ),
     Case("other-node-only", [pod(node="gex131-b")], False),
     Case("pending", [pod(phase="Pending", ready=False)], False, ("plugin-x Pending",)),
     Case("running-not-ready", [pod(ready=False)], False, ("plugin-x not Ready",)),
