@@ -144,7 +144,7 @@ def test_an_untrustworthy_dra_pool_retaints_the_node_and_an_old_generation_besid
     publisher.clear_faults()
     until("ready again once the pool is complete", lambda: _gpu_ready(world, number) == ("True", "Ready"), 30, world)
 
-    publisher.stop()  # the plugin went away: its slices are deleted
+    publisher.stop()  # its slices deleted while its pod runs on (a plugin that went would be PluginNotRunning)
     until("re-tainted with no slices", lambda: _gpu_ready(world, number) == ("False+tainted", "NoSlices"), 30, world)
     publisher.clear_faults()
     until("ready again once republished", lambda: _gpu_ready(world, number) == ("True", "Ready"), 30, world)
