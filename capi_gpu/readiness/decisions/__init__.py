@@ -5,7 +5,7 @@ here, free of I/O and of the clock (``now`` is a parameter), so it can be tested
 from recorded objects. Split by the object the decision is about:
 
 * ``pools``: is the node's NVIDIA pool the one the MIG layout promises (``pool_verdict``);
-* ``plugin``: does the NVIDIA kubelet plugin run on the node (its pods);
+* ``plugin``: do the node's kubelet plugins (NVIDIA's, the gate's) run on it (their pods);
 * ``node``: the Node condition + startup taint patch, the Machine condition;
 * ``claims``: the gate driver's ResourceSlice and the gate device's binding condition on a claim.
 
