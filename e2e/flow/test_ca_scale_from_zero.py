@@ -188,7 +188,14 @@ def test_each_claim_gets_one_node_from_the_scaler_that_can_serve_it(world: World
     submit(world, ["whole"], WHOLE_TEMPLATE)
     bound = wait(world, "both pods bound through the gate", lambda: all_bound(world, ["mig", "whole"]), TIMEOUT_S)
     took = time.monotonic() - started
-    served = {rs: group_of_node(world, node) for rs, node in bound.items()}
+    # The gate readies a node by its HetznerGPUMachine's providerID; CAPI sets the Machine's nodeRef on its own
+    # schedule (CI saw a pod bound 1.5 s before it), so the group is read once CAPI has caught up.
+    served = wait(
+        world,
+        "the bound nodes' Machines to carry their nodeRef",
+        lambda: s if all((s := {rs: group_of_node(world, node) for rs, node in bound.items()}).values()) else None,
+        60,
+    )
     assert served == {"mig": MD_NAME, "whole": CS_WHOLE}, (served, where(world))
     time.sleep(10)  # five more CA loops and claim-scaler passes: nothing else is added
     assert sizes(world) == {MD_NAME: 1, CA_WHOLE: 0, CS_MIG: 0, CS_WHOLE: 1}, "two claims, two new nodes"
