@@ -11,7 +11,7 @@
 # 3.11.16, as docker-library/repo-info lists it in repos/python/remote/3.11-slim-bookworm.md at commit
 # 33a22f41ac7b; re-check with `docker buildx imagetools inspect python:3.11-slim-bookworm`), and every
 # dependency comes from requirements.lock with its hashes (generated from pyproject.toml by uv; see
-# `make lock`; a test fails when the two disagree). The wheel leaves out capi_gpu.sim (tests and
+# `make lock`; a test fails when the two disagree). The wheel leaves out capi_gpu_sim (tests and
 # `dev up` run from a source checkout).
 #
 # playbooks/ is copied to where capi_gpu.provisioning.ansible.default_playbook_dir() resolves for the

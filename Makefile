@@ -63,7 +63,7 @@ check: lint crds-check test ## everything CI runs
 lint: $(PY) ## ruff, ruff format, mypy --strict, import-linter, ansible-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict capi_gpu
+	$(VENV)/bin/mypy --strict capi_gpu capi_gpu_sim
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ansible-lint --profile production playbooks/
 

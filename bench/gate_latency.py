@@ -9,7 +9,7 @@ write and the watch delivery, measured here from just before the publisher's cre
 
 Run: ``.venv/bin/python bench/gate_latency.py [--nodes 20] [--pods N]``. Starts its own control plane
 (kine, apiserver, scheduler, controller-manager, CAPI), builds N joined GPU machines by hand
-(``capi_gpu.sim.gate_world``), runs one gate in-process, publishes each node's complete pool one by one,
+(``capi_gpu_sim.gate_world``), runs one gate in-process, publishes each node's complete pool one by one,
 then deletes every pool and publishes them all at once (a fleet-wide driver restart), then schedules
 ``--pods`` pods (default: one per node), one after the other, with the shipped ``mig-1g-24gb`` claim
 template and times each from create to ``spec.nodeName`` (issue 15 goal: p50 <= 1 s on a ready node;
@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from capi_gpu import domain
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import NAMESPACES, PODS, AsyncKube, Kube
 from capi_gpu.provisioning.ansible import AnsibleRunner
-from capi_gpu.readiness import runner
+from capi_gpu.readiness import gate_runner
 from capi_gpu.readiness.gate import ClusterGate
-from capi_gpu.sim.controlplane import ControlPlane, Options
-from capi_gpu.sim.gate_world import GateWorld
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
+from capi_gpu_sim.controlplane import ControlPlane, Options
+from capi_gpu_sim.gate_world import GateWorld
 
 GOAL_P99_S = 1.0
 POD_GOAL_P50_S = 1.0  # issue 15: pod create -> bound on a GPU-ready node
@@ -102,7 +102,7 @@ async def measure(cp: ControlPlane, nodes: int, pods: int, workdir: Path) -> dic
     settings = Settings()
     deps = Deps(AsyncKube(cp.kube()), settings, AnsibleRunner(artifacts_root=workdir), RobotClients(settings))
     workload = AsyncKube(
-        Kube.from_kubeconfig_dict(cp.kubeconfig_dict(), pool_size=runner.WORKERS + 3), workers=runner.WORKERS
+        Kube.from_kubeconfig_dict(cp.kubeconfig_dict(), pool_size=gate_runner.WORKERS + 3), workers=gate_runner.WORKERS
     )
     gate = ClusterGate(deps, namespace, world.cluster, workload)
     task = asyncio.create_task(gate.run(Running()))

@@ -34,8 +34,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from prometheus_client import CollectorRegistry
 
 from capi_gpu.hetzner import account, budget, errors, models, robot
-from capi_gpu.sim.robot import RobotSim
-from capi_gpu.sim.robot_world import Form
+from capi_gpu_sim.robot import RobotSim
+from capi_gpu_sim.robot_world import Form
 
 T = TypeVar("T")
 

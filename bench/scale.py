@@ -1,6 +1,6 @@
 """Operator steady state at scale: RSS, CPU seconds and API requests with N hosts + N machines watched.
 
-Why: every HetznerGPUHost and HetznerGPUMachine has its own daemon (``controllers.loops``) that re-reads
+Why: every HetznerGPUHost and HetznerGPUMachine has its own daemon (``runtime.loops``) that re-reads
 what it needs each pass, so an idle fleet still costs CPU, memory and apiserver traffic. This measures
 that cost on the real apiserver with objects that give the operator real work and no hardware:
 
@@ -57,10 +57,10 @@ from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineSpec
 from capi_gpu.api.specs import GPUSpec, MigLayout
 from capi_gpu.kube import NAMESPACES, SECRETS, Kube, ours
 from capi_gpu.provisioning.model import Timing
-from capi_gpu.sim.controlplane import ControlPlane, Options
-from capi_gpu.sim.hosts import keys
-from capi_gpu.sim.procs import Proc
-from capi_gpu.sim.robot import RobotSim
+from capi_gpu_sim.controlplane import ControlPlane, Options
+from capi_gpu_sim.hosts import keys
+from capi_gpu_sim.procs import Proc
+from capi_gpu_sim.robot import RobotSim
 
 HOSTS = ours("hetznergpuhosts")
 MACHINES = ours("hetznergpumachines")

@@ -2,7 +2,7 @@
 
 Why: a GPU node is worth its price only once it takes pods, so what the controller adds to the
 hardware's own waits is the figure to keep small (goal <= 2 %), with at most 6 Robot calls per node
-and no 403 (Robot's rate limit). Everything real runs (``capi_gpu.sim.world``): control plane, CAPI,
+and no 403 (Robot's rate limit). Everything real runs (``capi_gpu_sim.world``): control plane, CAPI,
 the operator as a subprocess, the Robot simulator, systemd hosts in namespaces, installimage,
 Ansible, cloud-init, the readiness gate and kube-scheduler.
 
@@ -59,8 +59,8 @@ from urllib3.exceptions import ProtocolError
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, NODES, PODS, RESOURCESLICES, KubeError, Res, ours
-from capi_gpu.sim import devflow
-from capi_gpu.sim.world import World, WorldConfig
+from capi_gpu_sim import devflow
+from capi_gpu_sim.world import World, WorldConfig
 
 HOSTS = ours("hetznergpuhosts")
 MACHINES = ours("hetznergpumachines")

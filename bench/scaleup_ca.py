@@ -2,7 +2,7 @@
 
 Instead of raising the replicas itself, the bench submits one ``mig-2g-48gb`` claim pod per node it
 wants (all-balanced has one 2g.48gb per node, so n pods need exactly n nodes) and CA (1.36.1, clusterapi
-provider, ``capi_gpu.sim.cluster_autoscaler``) raises the MachineDeployment. CA 1.36.1 cannot scale a MIG
+provider, ``capi_gpu_sim.cluster_autoscaler``) raises the MachineDeployment. CA 1.36.1 cannot scale a MIG
 group from zero (docs/autoscaling.md), so the group starts at one node (min 1) holding one such pod, and
 CA copies that node as its template. ``decision_s`` is the time from the pods' creation to CA's raise.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, NODES, PODS
-from capi_gpu.sim import devflow
-from capi_gpu.sim.cluster_autoscaler import ClusterAutoscaler, Options
-from capi_gpu.sim.world import World
+from capi_gpu_sim import devflow
+from capi_gpu_sim.cluster_autoscaler import ClusterAutoscaler, Options
+from capi_gpu_sim.world import World
 
 TEMPLATE = "mig-2g-48gb"
 

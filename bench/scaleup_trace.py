@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from capi_gpu.sim.world import World
+from capi_gpu_sim.world import World
 
 ACTION = re.compile(r"^(\S+ \S+) INFO capi_gpu\.controllers\.host_loop: host (\S+?)/(\S+?): (\S+) -> ok\b")
 Interval = tuple[float, float, str]

@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from capi_gpu.sim.fleet import Fleet, FleetConfig
-from capi_gpu.sim.hosts import keys, rootfs, targets
-from capi_gpu.sim.hosts.host import Host, HostConfig, Running
+from capi_gpu_sim.fleet import Fleet, FleetConfig
+from capi_gpu_sim.hosts import keys, rootfs, targets
+from capi_gpu_sim.hosts.host import Host, HostConfig, Running
 
 
 def _ms(values: list[float]) -> str:

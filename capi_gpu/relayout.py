@@ -23,11 +23,12 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, MigLayout
-from capi_gpu.controllers.deps import secret_value
+from capi_gpu.gpu import gpuplan
 from capi_gpu.gpu import layout as miglayout
 from capi_gpu.kube import DEVICETAINTRULES, JSON_PATCH, NODES, PODS, RESOURCESLICES, SECRETS, Kube, Res, ours
-from capi_gpu.provisioning import ansible, gpuplan, playbook_vars
+from capi_gpu.provisioning import ansible, playbook_vars
 from capi_gpu.readiness import decisions, targets
+from capi_gpu.runtime.deps import secret_value
 
 MACHINES, HOSTS = ours("hetznergpumachines"), ours("hetznergpuhosts")
 EVICTIONS = "eviction"

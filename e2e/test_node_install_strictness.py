@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from capi_gpu.provisioning import ansible, ansible_events
-from capi_gpu.sim import host_shims
+from capi_gpu_sim import host_shims
 from e2e.test_playbooks_on_sim_host import LAYOUT, Node, node_factory, site_vars, world
 
 pytestmark = pytest.mark.e2e

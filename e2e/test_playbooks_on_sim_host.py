@@ -26,9 +26,9 @@ import yaml
 from capi_gpu import domain
 from capi_gpu.gpu import catalog
 from capi_gpu.provisioning import ansible, ansible_events, playbook_vars
-from capi_gpu.sim import aptrepo, fleet
-from capi_gpu.sim.hosts import host as simhost
-from capi_gpu.sim.hosts import keys, targets
+from capi_gpu_sim import aptrepo, fleet
+from capi_gpu_sim.hosts import host as simhost
+from capi_gpu_sim.hosts import keys, targets
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# System packages the simulated fleet (capi_gpu/sim/hosts) needs on the machine running the tests.
+# System packages the simulated fleet (capi_gpu_sim/hosts) needs on the machine running the tests.
 #
 # Why each one:
 #   debootstrap      builds the cached bookworm minbase tree the simulated GEX131 hosts boot from

@@ -33,13 +33,6 @@ CA_SOURCE = "cluster-autoscaler"  # the Event source component CA's recorder pos
 FIELD_SELECTOR = f"involvedObject.kind=Pod,source={CA_SOURCE}"
 
 
-class PodPolicy(StrEnum):
-    """Which pending pods the claim-aware scaler counts as demand."""
-
-    ALL = "all"  # no cluster-autoscaler in this cluster: every pending pod
-    CA_DECLINED = "ca-declined"  # only pods cluster-autoscaler declined (NotTriggerScaleUp)
-
-
 class Verdict(StrEnum):
     TRIGGERED = "TriggeredScaleUp"
     DECLINED = "NotTriggerScaleUp"

@@ -13,7 +13,7 @@ that also needs a device the scaler cannot reason about is ignored with the reas
 might not make it schedulable. Within a claim, each request (and each device of a ``count``) is planned
 as one device; that several of them must share a node is not modelled (the packing planner's limit).
 
-Next to cluster-autoscaler (``ca_verdicts.PodPolicy.CA_DECLINED``), a GPU pod also needs CA's
+Next to cluster-autoscaler (``runtime.settings.PodPolicy.CA_DECLINED``), a GPU pod also needs CA's
 ``NotTriggerScaleUp`` on it to count: what CA scales for, or has not answered for yet, is CA's.
 """
 

@@ -4,7 +4,7 @@ it offers, read from the MachineDeployment and its HetznerGPUMachineTemplate. Pu
 Both the annotation writer and the claim-aware scaler need the same answers (which GPU model, which MIG
 layout, how many GPUs per node); reading them in one place keeps the CA template node and the scaler's
 picture of a node the same node. The layout is resolved exactly as the machine controller resolves it
-(``provisioning.gpuplan``), so a preset means what Ansible will apply.
+(``gpu.gpuplan``), so a preset means what Ansible will apply.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from capi_gpu import domain
 from capi_gpu.api.machine import HetznerGPUMachineTemplate
 from capi_gpu.api.specs import MigMode
 from capi_gpu.autoscaler import decide
-from capi_gpu.gpu import catalog, packing
-from capi_gpu.provisioning import gpuplan
+from capi_gpu.gpu import catalog, gpuplan, packing
 
 TEMPLATE_KIND = "HetznerGPUMachineTemplate"
 DEFAULT_GPU_MODEL = "rtx-pro-6000"  # what a template without spec.gpu.model gets (as the template controller)

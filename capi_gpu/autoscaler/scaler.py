@@ -31,8 +31,6 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.autoscaler import ca_verdicts, decide, demand, nodegroup, supply
-from capi_gpu.controllers import events
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import (
     CAPI_MACHINEDEPLOYMENTS,
     CAPI_MACHINES,
@@ -49,6 +47,9 @@ from capi_gpu.kube import (
     ours,
 )
 from capi_gpu.readiness.informer import Change, Informer, queue_emitter
+from capi_gpu.runtime import events
+from capi_gpu.runtime.deps import Deps
+from capi_gpu.runtime.settings import PodPolicy
 
 log = logging.getLogger(__name__)
 TEMPLATES = ours("hetznergpumachinetemplates")
@@ -67,7 +68,7 @@ class ClaimScaler:
         resync: float = 30.0,
         grace: datetime.timedelta = demand.DEFAULT_GRACE,
         emit: Emit = events.emit,
-        pods: ca_verdicts.PodPolicy = ca_verdicts.PodPolicy.ALL,
+        pods: PodPolicy = PodPolicy.ALL,
         ca_grace: datetime.timedelta = datetime.timedelta(0),
     ) -> None:
         self.deps, self.namespace, self.cluster, self.wl = deps, namespace, cluster, workload
@@ -89,7 +90,7 @@ class ClaimScaler:
             Informer(self.wl.sync, res, kind, emit).start()
             for res, kind in ((PODS, "pod"), (RESOURCECLAIMS, "claim"), (RESOURCESLICES, "slice"))
         ]
-        if self.policy is ca_verdicts.PodPolicy.CA_DECLINED:
+        if self.policy is PodPolicy.CA_DECLINED:
             # CA's verdict comes after the pod turned Unschedulable: its Event must wake a pass too.
             informers.append(
                 Informer(self.wl.sync, EVENTS, "event", emit, field_selector=ca_verdicts.FIELD_SELECTOR).start()
@@ -159,7 +160,7 @@ class ClaimScaler:
         classes = {str(c["metadata"]["name"]): c for c in await self.wl.list(DEVICECLASSES)}
         templates = demand.index(await self.wl.list(RESOURCECLAIMTEMPLATES))
         said = None
-        if self.policy is ca_verdicts.PodPolicy.CA_DECLINED:
+        if self.policy is PodPolicy.CA_DECLINED:
             said = ca_verdicts.verdicts(self.ca_events.values())
         want = demand.pending_demand(
             self.pods.values(), self.claims, templates, classes, now, self.grace, said, self.ca_grace

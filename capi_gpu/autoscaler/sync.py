@@ -21,9 +21,9 @@ from typing import Any
 
 from capi_gpu.autoscaler import annotations as ca_annotations
 from capi_gpu.autoscaler import nodegroup
-from capi_gpu.controllers import events, loops
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, ours
+from capi_gpu.runtime import events, loops
+from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
 TEMPLATES = ours("hetznergpumachinetemplates")

@@ -12,6 +12,8 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -19,25 +21,38 @@ EXIT_USAGE = 2
 EXIT_EXTERNAL = 3
 
 # Subcommand modules; a missing one is a packaging bug, not a runtime choice.
-SUBCOMMANDS = ("run", "crds", "layouts", "sim", "dev", "hosts", "nodes", "cost", "autoscaler", "gate_plugin")
-# These drive capi_gpu.sim, which the wheel and the image leave out (a source checkout has it).
+SUBCOMMANDS = ("run", "crds", "layouts", "hosts", "nodes", "cost", "autoscaler", "gate_plugin")
+# The simulators and their subcommands live in the top-level package ``capi_gpu_sim``: beside this package
+# in a source checkout, in neither the wheel nor the image. Product code never imports it (import-linter);
+# the CLI only looks it up by name, so an installed operator simply has no ``sim``/``dev``.
+SIM_PACKAGE = "capi_gpu_sim"
 NEEDS_SIM = frozenset({"sim", "dev"})
+
+
+def _sim_cli() -> ModuleType | None:
+    if importlib.util.find_spec(SIM_PACKAGE) is None:
+        # The editable install maps only ``capi_gpu``; its checkout is two levels up from this file.
+        checkout = Path(__file__).resolve().parents[2]
+        if not (checkout / SIM_PACKAGE / "__init__.py").is_file():
+            return None
+        sys.path.append(str(checkout))  # appended: never shadows anything installed
+    try:
+        importlib.import_module(SIM_PACKAGE)
+        return importlib.import_module(f"{SIM_PACKAGE}.cli")
+    except ImportError as exc:
+        if exc.name not in (SIM_PACKAGE, f"{SIM_PACKAGE}.cli"):
+            raise
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capi-gpu", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
-    with_sim = importlib.util.find_spec("capi_gpu.sim") is not None
     for name in SUBCOMMANDS:
-        if name in NEEDS_SIM and not with_sim:
-            continue
-        try:
-            module = importlib.import_module(f"capi_gpu.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"capi_gpu.cli.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"capi_gpu.cli.{name}").register(sub)
+    sim_cli = _sim_cli()
+    if sim_cli is not None:
+        sim_cli.register(sub)
     return parser
 
 

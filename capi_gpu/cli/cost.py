@@ -1,6 +1,6 @@
 """`capi-gpu cost`: € per used GPU-hour of a leased GEX131, against hourly billing and cloud GPUs.
 
-The arithmetic is in ``capi_gpu.cost`` (prices, amortisation, break-even) and ``capi_gpu.usage``
+The arithmetic is in ``capi_gpu.pricing`` (prices, amortisation, break-even) and ``capi_gpu.usage``
 (slices held by claims); this module is the edge. It turns flags into prices, reads the cluster for
 ``--measured`` (ResourceSlices of ``gpu.nvidia.com`` for the nodes, ResourceClaims for what is held)
 and prints; ``--plot`` also draws the curves (``cost_plot``). Defaults are the dated list prices from
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from capi_gpu import cost, domain, kube, usage
+from capi_gpu import domain, kube, pricing, usage
 from capi_gpu.cli import EXIT_OK, EXIT_USAGE, cost_plot, kubeargs
 from capi_gpu.cli.kubeargs import CliFailure
 from capi_gpu.gpu import catalog
@@ -27,15 +27,15 @@ DEFAULT_UTILIZATIONS = (0.16, 0.5, 1.0)
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("cost", help="€ per used GPU-hour: leased GEX131 vs Hetzner hourly billing vs cloud")
-    d = cost.GEX131_OCT_2026
+    d = pricing.GEX131_OCT_2026
     p.add_argument("--monthly", type=float, help=f"monthly price, EUR net (default {d.monthly:.2f}, {d.as_of})")
     p.add_argument("--setup", type=float, help=f"setup fee per order, EUR net (default {d.setup:.2f})")
     p.add_argument("--hourly", type=float, help=f"hourly price (default {d.hourly}; with --monthly: monthly/624)")
     p.add_argument("--price-date", help="date of the price given (printed next to it)")
     p.add_argument(
-        "--term-months", type=float, default=cost.DEFAULT_TERM_MONTHS, help="months the setup is spread over"
+        "--term-months", type=float, default=pricing.DEFAULT_TERM_MONTHS, help="months the setup is spread over"
     )
-    p.add_argument("--hours-per-month", type=float, default=cost.HOURS_PER_MONTH, help="hours in a month (730)")
+    p.add_argument("--hours-per-month", type=float, default=pricing.HOURS_PER_MONTH, help="hours in a month (730)")
     p.add_argument("--orders-per-month", type=int, default=1, help="hourly billing: cancel+re-order cycles a month")
     src = p.add_argument_group("utilization (default: 16%%, 50%% and 100%%)")
     src.add_argument("--utilization", type=float, action="append", default=[], metavar="F", help="0..1 (repeatable)")
@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NAME,PRICE,CURRENCY,GPU_FRACTION",
         help="cloud offer per hour; GPU_FRACTION = share of one GEX131 GPU it replaces (repeatable; replaces defaults)",
     )
-    p.add_argument("--usd-per-eur", type=float, default=cost.DEFAULT_FX.usd_per_eur, help="exchange rate")
-    p.add_argument("--fx-date", help=f"date of --usd-per-eur (default rate's: {cost.DEFAULT_FX.as_of})")
+    p.add_argument("--usd-per-eur", type=float, default=pricing.DEFAULT_FX.usd_per_eur, help="exchange rate")
+    p.add_argument("--fx-date", help=f"date of --usd-per-eur (default rate's: {pricing.DEFAULT_FX.as_of})")
     kubeargs.add_output_arg(p)
     p.add_argument(
         "--plot", type=Path, metavar="FILE", help="also draw the curves to FILE (.svg or .png; extra 'plot')"
@@ -70,23 +70,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=kubeargs.guarded(run))
 
 
-def price_from(args: argparse.Namespace) -> cost.HostPrice:
-    d = cost.GEX131_OCT_2026
+def price_from(args: argparse.Namespace) -> pricing.HostPrice:
+    d = pricing.GEX131_OCT_2026
     if args.monthly is None and args.setup is None and args.hourly is None:
         return d if args.price_date is None else _replace_date(d, args.price_date)
     monthly = d.monthly if args.monthly is None else args.monthly
     hourly = args.hourly if args.hourly is not None else (d.hourly if args.monthly is None else None)
     setup = d.setup if args.setup is None else args.setup
-    return cost.HostPrice(d.label, monthly, setup, hourly, args.price_date or "given", "command line")
+    return pricing.HostPrice(d.label, monthly, setup, hourly, args.price_date or "given", "command line")
 
 
-def _replace_date(p: cost.HostPrice, date: str) -> cost.HostPrice:
-    return cost.HostPrice(p.label, p.monthly, p.setup, p.hourly, date, p.source)
+def _replace_date(p: pricing.HostPrice, date: str) -> pricing.HostPrice:
+    return pricing.HostPrice(p.label, p.monthly, p.setup, p.hourly, date, p.source)
 
 
-def offers_from(values: Sequence[str]) -> tuple[cost.CloudOffer, ...]:
+def offers_from(values: Sequence[str]) -> tuple[pricing.CloudOffer, ...]:
     if not values:
-        return cost.DEFAULT_OFFERS
+        return pricing.DEFAULT_OFFERS
     offers = []
     for value in values:
         parts = [p.strip() for p in value.split(",")]
@@ -96,7 +96,9 @@ def offers_from(values: Sequence[str]) -> tuple[cost.CloudOffer, ...]:
         try:
             num, _, den = fraction.partition("/")
             share = float(num) / float(den or 1)
-            offers.append(cost.CloudOffer(name, float(price), cost.Currency(currency.upper()), share, "?", "given", ""))
+            offers.append(
+                pricing.CloudOffer(name, float(price), pricing.Currency(currency.upper()), share, "?", "given", "")
+            )
         except (ValueError, ZeroDivisionError) as exc:
             raise CliFailure(f"--cloud {value!r}: {exc}", EXIT_USAGE) from exc
     return tuple(offers)
@@ -122,11 +124,11 @@ def measure(args: argparse.Namespace, model: catalog.GpuModel, now: datetime.dat
 def run(args: argparse.Namespace) -> int:
     try:
         model = catalog.builtin_catalog().model(args.gpu)
-        terms = cost.Terms(args.term_months, args.hours_per_month, args.orders_per_month, model.memory_slices)
+        terms = pricing.Terms(args.term_months, args.hours_per_month, args.orders_per_month, model.memory_slices)
         price = price_from(args)
-        cost.check_price(price)
+        pricing.check_price(price)
         offers = offers_from(args.cloud)
-        fx = cost.FxRate(args.usd_per_eur, args.fx_date or cost.DEFAULT_FX.as_of, _fx_source(args))
+        fx = pricing.FxRate(args.usd_per_eur, args.fx_date or pricing.DEFAULT_FX.as_of, _fx_source(args))
         if args.usd_per_eur <= 0:
             raise CliFailure("--usd-per-eur must be positive", EXIT_USAGE)
         if args.plot is not None:
@@ -137,15 +139,15 @@ def run(args: argparse.Namespace) -> int:
         if measured is not None:
             utilizations = [measured.utilization]
         else:
-            utilizations = [cost.check_utilization(u) for u in args.utilization]
-            utilizations += [cost.utilization_from_hours(h, terms) for h in args.used_hours]
-        scenarios = [cost.scenario(price, terms, u, offers, fx) for u in utilizations or DEFAULT_UTILIZATIONS]
-    except (cost.CostError, usage.UsageError, catalog.CatalogError, ValueError) as exc:
+            utilizations = [pricing.check_utilization(u) for u in args.utilization]
+            utilizations += [pricing.utilization_from_hours(h, terms) for h in args.used_hours]
+        scenarios = [pricing.scenario(price, terms, u, offers, fx) for u in utilizations or DEFAULT_UTILIZATIONS]
+    except (pricing.CostError, usage.UsageError, catalog.CatalogError, ValueError) as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from exc
     doc = report(price, terms, fx, offers, scenarios, measured)
     standby = args.standby_hosts if args.standby_hosts is not None else (_standby_hosts(args) if args.measured else 0)
     if standby:
-        month = cost.leased_month(price, terms)
+        month = pricing.leased_month(price, terms)
         doc["standby"] = {
             "hosts": standby,
             "idle_per_month": round(standby * month, 2),
@@ -162,11 +164,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _plot(
     path: Path,
-    price: cost.HostPrice,
-    terms: cost.Terms,
-    fx: cost.FxRate,
-    offers: Sequence[cost.CloudOffer],
-    scenarios: Sequence[cost.Scenario],
+    price: pricing.HostPrice,
+    terms: pricing.Terms,
+    fx: pricing.FxRate,
+    offers: Sequence[pricing.CloudOffer],
+    scenarios: Sequence[pricing.Scenario],
     measured: usage.Usage | None,
 ) -> None:
     try:
@@ -180,8 +182,8 @@ def _plot(
 
 
 def _fx_source(args: argparse.Namespace) -> str:
-    same = args.usd_per_eur == cost.DEFAULT_FX.usd_per_eur and args.fx_date is None
-    return cost.DEFAULT_FX.source if same else "command line"
+    same = args.usd_per_eur == pricing.DEFAULT_FX.usd_per_eur and args.fx_date is None
+    return pricing.DEFAULT_FX.source if same else "command line"
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
@@ -189,15 +191,15 @@ def _r(value: float | None, digits: int = 4) -> float | None:
 
 
 def report(
-    price: cost.HostPrice,
-    terms: cost.Terms,
-    fx: cost.FxRate,
-    offers: Sequence[cost.CloudOffer],
-    scenarios: Sequence[cost.Scenario],
+    price: pricing.HostPrice,
+    terms: pricing.Terms,
+    fx: pricing.FxRate,
+    offers: Sequence[pricing.CloudOffer],
+    scenarios: Sequence[pricing.Scenario],
     measured: usage.Usage | None,
 ) -> dict[str, Any]:
     """The whole answer as one JSON-able document; the table is printed from it."""
-    seed = cost.seed_check()
+    seed = pricing.seed_check()
     return {
         "currency": "EUR",
         "vat": "excluded",
@@ -218,8 +220,8 @@ def report(
         "fx": {"usd_per_eur": fx.usd_per_eur, "as_of": fx.as_of, "source": fx.source},
         "utilization_source": "measured" if measured is not None else "given",
         "measured": None if measured is None else _measured_doc(measured),
-        "per_hour_held": _r(cost.leased_month(price, terms) / terms.hours_per_month),
-        "hourly_billing_wins_below_hours": _r(cost.hourly_wins_below_hours(price, terms), 1),
+        "per_hour_held": _r(pricing.leased_month(price, terms) / terms.hours_per_month),
+        "hourly_billing_wins_below_hours": _r(pricing.hourly_wins_below_hours(price, terms), 1),
         "cloud": [
             {
                 "name": o.name,
@@ -230,7 +232,7 @@ def report(
                 "billing": o.billing,
                 "as_of": o.as_of,
                 "source": o.source,
-                "break_even_utilization": _r(cost.break_even_utilization(price, terms, o, fx)),
+                "break_even_utilization": _r(pricing.break_even_utilization(price, terms, o, fx)),
             }
             for o in offers
         ],
@@ -240,11 +242,11 @@ def report(
             "per_hour_730": _r(seed.per_hour_730, 2),
             "per_used_hour_120": _r(seed.per_used_hour_120, 2),
         },
-        "caveat": cost.HOURLY_CAVEAT,
+        "caveat": pricing.HOURLY_CAVEAT,
     }
 
 
-def _scenario_doc(s: cost.Scenario, terms: cost.Terms) -> dict[str, Any]:
+def _scenario_doc(s: pricing.Scenario, terms: pricing.Terms) -> dict[str, Any]:
     return {
         "utilization": _r(s.utilization),
         "used_gpu_hours": _r(s.used_hours, 1),

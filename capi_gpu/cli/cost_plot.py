@@ -7,7 +7,7 @@ break-even points, and with ``--measured`` the fleet's measured utilization. The
 figures (€1.22 and €7.41 per used hour at 730 h and 120 h, €1.42 an hour billed hourly) are drawn and
 labelled, so the chart can be checked against the post that started the project.
 
-Every number comes from ``capi_gpu.cost`` (the same functions as the text report). matplotlib is an
+Every number comes from ``capi_gpu.pricing`` (the same functions as the text report). matplotlib is an
 optional extra (``capi-gpu[plot]``): the operator image does not carry a plotting stack, so it is
 imported here, on use, and its absence is a usage error that names the extra. Figures are built with
 ``matplotlib.figure.Figure`` (no pyplot, no global backend state).
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capi_gpu import cost
+from capi_gpu import pricing
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,14 +39,18 @@ def grid(points: int = POINTS) -> list[float]:
     return [U_MIN + (1.0 - U_MIN) * i / (points - 1) for i in range(points)]
 
 
-def leased_curve(price: cost.HostPrice, terms: cost.Terms, us: Sequence[float], per_slice: bool = False) -> list[float]:
-    month = cost.leased_month(price, terms)
+def leased_curve(
+    price: pricing.HostPrice, terms: pricing.Terms, us: Sequence[float], per_slice: bool = False
+) -> list[float]:
+    month = pricing.leased_month(price, terms)
     div = terms.slices_per_gpu if per_slice else 1
     return [month / (u * terms.hours_per_month) / div for u in us]
 
 
-def hourly_curve(price: cost.HostPrice, terms: cost.Terms, us: Sequence[float]) -> list[float]:
-    return [cost.hourly_billed_month(price, u * terms.hours_per_month, terms) / (u * terms.hours_per_month) for u in us]
+def hourly_curve(price: pricing.HostPrice, terms: pricing.Terms, us: Sequence[float]) -> list[float]:
+    return [
+        pricing.hourly_billed_month(price, u * terms.hours_per_month, terms) / (u * terms.hours_per_month) for u in us
+    ]
 
 
 def _eur(value: float) -> str:
@@ -54,11 +58,11 @@ def _eur(value: float) -> str:
 
 
 def figure(
-    price: cost.HostPrice,
-    terms: cost.Terms,
-    fx: cost.FxRate,
-    offers: Sequence[cost.CloudOffer],
-    scenarios: Sequence[cost.Scenario],
+    price: pricing.HostPrice,
+    terms: pricing.Terms,
+    fx: pricing.FxRate,
+    offers: Sequence[pricing.CloudOffer],
+    scenarios: Sequence[pricing.Scenario],
     measured: float | None = None,
 ) -> Figure:
     """The chart; each line carries a label the test (and a reader) can find it by."""
@@ -70,7 +74,7 @@ def figure(
     ax = fig.subplots()
     us = grid()
     pct = [u * 100 for u in us]
-    lease = cost.leased_month(price, terms)
+    lease = pricing.leased_month(price, terms)
     ax.plot(
         pct,
         leased_curve(price, terms, us),
@@ -94,11 +98,11 @@ def figure(
         label=f"Hetzner hourly billing (€{price.hourly_rate:.4f}/h, {terms.orders_per_month} order/month)",
     )
     for color, offer in zip(_OFFER_COLORS, offers, strict=False):
-        rate = cost.cloud_eur_per_gpu_hour(offer, fx)
+        rate = pricing.cloud_eur_per_gpu_hour(offer, fx)
         share = "1 GPU" if offer.gpu_fraction == 1 else f"x{1 / offer.gpu_fraction:g} per GPU"
         ax.axhline(rate, color=color, lw=1.6, label=f"{offer.name} ({share}): {_eur(rate)} per used GPU-hour")
-        _break_even(ax, cost.break_even_utilization(price, terms, offer, fx), rate, color)
-    wins_below = cost.hourly_wins_below_hours(price, terms)
+        _break_even(ax, pricing.break_even_utilization(price, terms, offer, fx), rate, color)
+    wins_below = pricing.hourly_wins_below_hours(price, terms)
     if wins_below > 0:
         u = wins_below / terms.hours_per_month
         ax.plot([u * 100], [lease / wins_below], "o", color="tab:orange", ms=7)
@@ -155,11 +159,11 @@ def _break_even(ax: Axes, u: float, rate: float, color: str) -> None:
         )
 
 
-def _seed(ax: Axes, terms: cost.Terms) -> None:
+def _seed(ax: Axes, terms: pricing.Terms) -> None:
     """The launch price (€889, no setup) the seed post priced, with its three figures written out."""
-    seed = cost.seed_check()
-    launch = cost.GEX131_DEC_2025
-    seed_terms = cost.Terms(1.0, terms.hours_per_month, terms.orders_per_month, terms.slices_per_gpu)
+    seed = pricing.seed_check()
+    launch = pricing.GEX131_DEC_2025
+    seed_terms = pricing.Terms(1.0, terms.hours_per_month, terms.orders_per_month, terms.slices_per_gpu)
     us = grid()
     ax.plot(
         [u * 100 for u in us],

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from capi_gpu import domain
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, kubeargs
-from capi_gpu.controllers import workload
 from capi_gpu.kube import SECRETS, Kube
+from capi_gpu.runtime import workload
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,8 +40,8 @@ def _workload(args: argparse.Namespace, mgmt: Kube, namespace: str) -> Kube:
 
 
 def relayout(args: argparse.Namespace) -> int:
-    from capi_gpu.controllers.settings import Settings
     from capi_gpu.relayout import Relayout, RelayoutError
+    from capi_gpu.runtime.settings import Settings
 
     mgmt = kubeargs.connect(args)
     namespace = kubeargs.namespace(args) or "default"

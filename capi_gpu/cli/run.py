@@ -96,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from capi_gpu.controllers import handlers
-    from capi_gpu.controllers.deps import Deps, RobotClients
-    from capi_gpu.controllers.settings import Settings
     from capi_gpu.kube import AsyncKube, Kube
     from capi_gpu.provisioning.addons import AnsibleAddons
     from capi_gpu.provisioning.ansible import AnsibleRunner
+    from capi_gpu.runtime.deps import Deps, RobotClients
+    from capi_gpu.runtime.settings import Settings
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
         problem = Settings.endpoint_problem(url, args.allow_plain_http)

@@ -23,11 +23,11 @@ import yaml
 from capi_gpu.api import conditions as c
 from capi_gpu.api.base import Condition
 from capi_gpu.api.cluster import AddonsStatus, HetznerGPUCluster
-from capi_gpu.controllers import events, workload
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import AsyncKube, Kube, KubeError
 from capi_gpu.provisioning import addons
 from capi_gpu.readiness import features
+from capi_gpu.runtime import events, workload
+from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
 REFRESH = timedelta(hours=1)

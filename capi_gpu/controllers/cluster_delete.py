@@ -8,10 +8,10 @@ from __future__ import annotations
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.cluster import HetznerGPUCluster
-from capi_gpu.controllers import events
-from capi_gpu.controllers.deps import AccessError, Deps, secret_value
 from capi_gpu.hetzner import cloud
 from capi_gpu.kube import SECRETS, Obj, ours
+from capi_gpu.runtime import events
+from capi_gpu.runtime.deps import AccessError, Deps, secret_value
 
 CLUSTERS = ours("hetznergpuclusters")
 HCLOUD_API = "https://api.hetzner.cloud/v1"

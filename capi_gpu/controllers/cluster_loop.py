@@ -16,11 +16,12 @@ from typing import Any
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.cluster import APIEndpoint, FailureDomain, HetznerGPUCluster
-from capi_gpu.controllers import cluster_addons, events, loops
-from capi_gpu.controllers.deps import AccessError, Deps, secret_value, secret_version
+from capi_gpu.controllers import cluster_addons
 from capi_gpu.hetzner import cloud
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, ours
+from capi_gpu.runtime import events, loops
+from capi_gpu.runtime.deps import AccessError, Deps, secret_value, secret_version
 
 log = logging.getLogger(__name__)
 CLUSTERS = ours("hetznergpuclusters")

@@ -17,21 +17,21 @@ import kopf
 
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost
-from capi_gpu.autoscaler import runner as scaler_runner
+from capi_gpu.autoscaler import scaler_runner
 from capi_gpu.autoscaler import sync as annotation_sync
 from capi_gpu.controllers import (
-    admission,
     cluster_delete,
     cluster_loop,
     host_loop,
     machine_loop,
     remediation_loop,
     template_loop,
+    webhook,
 )
-from capi_gpu.controllers.deps import Deps
-from capi_gpu.controllers.diffbase import MemoryDiffBaseStorage
-from capi_gpu.controllers.settings import Settings
-from capi_gpu.readiness import runner as gate_runner
+from capi_gpu.readiness import gate_runner
+from capi_gpu.runtime.deps import Deps
+from capi_gpu.runtime.diffbase import MemoryDiffBaseStorage
+from capi_gpu.runtime.settings import Settings
 
 G, V = domain.GROUP, domain.VERSION
 Factory = Callable[[], Deps]
@@ -83,7 +83,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     async def startup(memo: Any, **kwargs: Any) -> None:
         configure(kwargs["settings"])  # kopf's OperatorSettings; ``settings`` here is ours
         if settings.webhook_port:
-            kwargs["settings"].admission.server = admission.server(
+            kwargs["settings"].admission.server = webhook.server(
                 settings.webhook_address, settings.webhook_port, settings.webhook_cert_dir
             )
         # asyncio.to_thread (every SSH step, blocking for seconds) shares the default executor: size it for
@@ -107,7 +107,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
         _gate(registry, when)
     _autoscaler(registry, settings, when)
     if settings.webhook_port:  # kopf refuses to start with validate handlers and no server
-        admission.register(registry)
+        webhook.register(registry)
     _ = (startup, cleanup)
 
 

@@ -25,15 +25,15 @@ from capi_gpu.api.host import (
     Step,
 )
 from capi_gpu.api.specs import InstallImageSpec
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HostEnv, hostname, plan_for
 from capi_gpu.controllers.host_probes import open_shell, os_pin, rescue_pin
-from capi_gpu.gpu import catalog
+from capi_gpu.gpu import catalog, gpuplan
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.hetzner import models as robot_models
-from capi_gpu.provisioning import ansible, gpuplan, installimage, mig_readout, playbook_vars, ssh
+from capi_gpu.provisioning import ansible, installimage, mig_readout, playbook_vars, ssh
 from capi_gpu.provisioning.ansible_events import RunStatus, TaskEvent
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult
+from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -13,11 +13,12 @@ from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_key
-from capi_gpu.controllers import pause
-from capi_gpu.controllers.deps import AccessError, Deps, secret_value
+from capi_gpu.gpu import gpuplan
 from capi_gpu.hetzner.robot import RobotClient
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, Conflict, Obj, ours
-from capi_gpu.provisioning import bootstrap, gpuplan, hostkeys, hostmove
+from capi_gpu.provisioning import bootstrap, hostkeys, move
+from capi_gpu.runtime import pause
+from capi_gpu.runtime.deps import AccessError, Deps, secret_value
 
 HOSTS = ours("hetznergpuhosts")
 MACHINES = ours("hetznergpumachines")
@@ -98,7 +99,7 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
         # A key is pinned (the installed OS may carry it): a new one would lock us out of a live node. After
         # clusterctl move the Secret arrives after its host (it is the host's child), so wait for it.
         raise AccessError(
-            hostmove.Reason.OS_HOST_KEY_MISSING,
+            move.Reason.OS_HOST_KEY_MISSING,
             f"OS host key Secret {namespace}/{name} not found while a key is pinned; waiting for it",
         )
     pair = hostkeys.generate(comment=hostname(host))
@@ -162,7 +163,7 @@ async def load_consumer(deps: Deps, host: HetznerGPUHost, namespace: str) -> Con
             # Never "unclaimed": a release clears the ref first, so a missing machine is one not moved here
             # yet (clusterctl move creates hosts before machines) or one removed by force. Either way: wait.
             raise AccessError(
-                hostmove.Reason.CONSUMER_MISSING,
+                move.Reason.CONSUMER_MISSING,
                 f"consumerRef names HetznerGPUMachine {ref.namespace or namespace}/{ref.name}, which does not"
                 " exist (yet); waiting, the server is left alone (clear spec.consumerRef if it was force-deleted)",
             )
@@ -210,7 +211,7 @@ async def _patch_host(deps: Deps, host: HetznerGPUHost, body: Obj, namespace: st
     try:
         written = await deps.kube.patch(HOSTS, hostname(host), {**body, "metadata": meta}, namespace)
     except Conflict as exc:
-        raise AccessError(hostmove.Reason.CONSUMER_CHANGED, f"host changed while writing {what}") from exc
+        raise AccessError(move.Reason.CONSUMER_CHANGED, f"host changed while writing {what}") from exc
     host.metadata["resourceVersion"] = written["metadata"]["resourceVersion"]
 
 

@@ -18,11 +18,10 @@ import dataclasses
 import logging
 from typing import Any
 
-from capi_gpu import domain, metrics
+from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
-from capi_gpu.controllers import events, host_actions, host_move, host_probes, loops
-from capi_gpu.controllers.deps import AccessError, Deps
+from capi_gpu.controllers import host_actions, host_move, host_probes
 from capi_gpu.controllers.host_context import (
     HOSTS,
     HostEnv,
@@ -32,8 +31,10 @@ from capi_gpu.controllers.host_context import (
     standby_cluster_paused,
 )
 from capi_gpu.kube import Conflict, Obj
-from capi_gpu.provisioning import admission, host_conditions, hostmove, outcomes, states, transitions
+from capi_gpu.provisioning import admission, host_conditions, move, outcomes, states, transitions
 from capi_gpu.provisioning.model import Action, ActionResult, Decision, Observations, Timing
+from capi_gpu.runtime import events, loops, metrics
+from capi_gpu.runtime.deps import AccessError, Deps
 
 log = logging.getLogger(__name__)
 IDLE = 300.0
@@ -123,14 +124,14 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None
     host = HetznerGPUHost.model_validate(obj)
-    if hostmove.status_lost(obj.get("status")):
+    if move.status_lost(obj.get("status")):
         restored = await host_move.restore(deps, obj, host)
         if restored is None:
             return 60.0
         host = restored
     if host.status.state is HostState.REGISTERING and await _held_as_duplicate(deps, obj, host):
         return 60.0
-    in_flight = hostmove.in_flight(host.status)  # a destructive step open: finish it before pausing
+    in_flight = move.in_flight(host.status)  # a destructive step open: finish it before pausing
     paused = host_move.paused(obj) or await standby_cluster_paused(deps, obj)
     if paused and not in_flight:
         return await host_move.pause(deps, obj, host)
@@ -238,7 +239,7 @@ async def _wait_for(deps: Deps, obj: Obj, host: HetznerGPUHost, exc: AccessError
     await _write(deps, obj, host, Decision(host.status), None, (exc.reason, str(exc)))
     if before is None or before.reason != exc.reason:  # once per cause, not once per pass
         events.emit(obj, exc.reason, str(exc), warning=True)
-    return deps.settings.timing.poll * 3 if exc.reason == hostmove.Reason.CONSUMER_MISSING else 60.0
+    return deps.settings.timing.poll * 3 if exc.reason == move.Reason.CONSUMER_MISSING else 60.0
 
 
 def next_pass(decision: Decision, timing: Timing) -> float:

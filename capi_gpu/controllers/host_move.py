@@ -1,6 +1,6 @@
 """The host loop's side of clusterctl move and pause: the annotations written before each status write
 (status snapshot, block-move, permanent error), restoring a host that arrived without status, and the
-one write a paused host makes (its ``Paused`` condition). The decisions are in ``provisioning.hostmove``.
+one write a paused host makes (its ``Paused`` condition). The decisions are in ``provisioning.move``.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.base import Condition
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostStatus
-from capi_gpu.controllers import events
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HOSTS
 from capi_gpu.kube import Obj
-from capi_gpu.provisioning import hostmove
+from capi_gpu.provisioning import move
+from capi_gpu.runtime import events
+from capi_gpu.runtime.deps import Deps
 
 
 def annotations_of(obj: Obj) -> dict[str, str]:
@@ -41,8 +41,8 @@ async def write_annotations(
     want: dict[str, str | None] = {}
     if status.error_permanent and not host.status.error_permanent:
         want[domain.ANNOTATION_PERMANENT_ERROR] = (status.error_type or "Error").replace("Error", "") or "Error"
-    want[domain.ANNOTATION_STATUS] = hostmove.snapshot(status)
-    want[domain.BLOCK_MOVE_ANNOTATION] = "" if acting or hostmove.in_flight(status) else None
+    want[domain.ANNOTATION_STATUS] = move.snapshot(status)
+    want[domain.BLOCK_MOVE_ANNOTATION] = "" if acting or move.in_flight(status) else None
     changed = {k: v for k, v in want.items() if current.get(k) != v and not (v is None and k not in current)}
     if not changed:
         return None
@@ -64,9 +64,9 @@ async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost 
         return host  # never reconciled anywhere: a new host
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     try:
-        status = hostmove.restore(text)
+        status = move.restore(text)
     except ValueError as exc:
-        reason = hostmove.Reason.STATUS_SNAPSHOT_INVALID
+        reason = move.Reason.STATUS_SNAPSHOT_INVALID
         msg = f"annotation {domain.ANNOTATION_STATUS} is not a host status ({str(exc)[:300]}); fix or remove it"
         conds = c.set_condition([], c.Type.READY, False, reason, msg, deps.clock())
         # No state in this write, so the host still counts as "arrived without status" next pass.

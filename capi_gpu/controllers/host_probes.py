@@ -14,7 +14,6 @@ import contextlib
 import logging
 
 from capi_gpu.api.host import HetznerGPUHost, RescueHostKey
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HostEnv
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.provisioning import ssh
@@ -29,6 +28,7 @@ from capi_gpu.provisioning.model import (
     SSHProbe,
 )
 from capi_gpu.provisioning.sshtransport import md5_fingerprint
+from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
 

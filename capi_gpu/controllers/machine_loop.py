@@ -19,11 +19,13 @@ from capi_gpu.api.base import AddressType, MachineAddress, ObjectReference
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineStatus
 from capi_gpu.api.specs import MigMode, prepared_key
-from capi_gpu.controllers import events, hostpick, loops
-from capi_gpu.controllers.deps import Deps
+from capi_gpu.controllers import host_pick
 from capi_gpu.controllers.host_context import HOSTS, MACHINES
+from capi_gpu.gpu import gpuplan
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, Conflict, Obj
-from capi_gpu.provisioning import bootstrap, gpuplan
+from capi_gpu.provisioning import bootstrap
+from capi_gpu.runtime import events, loops
+from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
 DEFAULT_GPU = "rtx-pro-6000"
@@ -147,7 +149,7 @@ async def _claim(deps: Deps, s: Scope) -> bool:
     gpu_model = spec.gpu.model or DEFAULT_GPU if spec.gpu is not None else None
     failure_domain = (s.capi_machine or {}).get("spec", {}).get("failureDomain") or None
     prepared = prepared_key(spec.install_image, spec.gpu, version)
-    pick = hostpick.choose(hosts, spec.host_selector, gpu_model, prepared, failure_domain)
+    pick = host_pick.choose(hosts, spec.host_selector, gpu_model, prepared, failure_domain)
     if pick.host is None:
         reason: str = c.Reason.NO_MATCHING_HOST
         where = ""

@@ -19,12 +19,12 @@ from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.api.remediation import HetznerGPURemediation, OnExhaustion, RemediationPhase
-from capi_gpu.controllers import events, loops, pause, workload
-from capi_gpu.controllers.deps import AccessError, Deps
 from capi_gpu.controllers.host_context import HOSTS, MACHINES
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.hetzner import models as robot_models
 from capi_gpu.kube import CAPI_MACHINES, NODES, Obj, ours
+from capi_gpu.runtime import events, loops, pause, workload
+from capi_gpu.runtime.deps import AccessError, Deps
 
 REMEDIATIONS = ours("hetznergpuremediations")
 MANAGER = "capi-gpu-remediation"

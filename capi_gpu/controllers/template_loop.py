@@ -13,14 +13,14 @@ import contextlib
 from datetime import datetime
 from typing import Any
 
-from capi_gpu import domain, metrics
+from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostStandby, HostState
 from capi_gpu.api.machine import Architecture, HetznerGPUMachineTemplate, NodeInfo
-from capi_gpu.controllers import events, loops, pause
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.controllers.host_context import HOSTS
 from capi_gpu.kube import Conflict, ours
+from capi_gpu.runtime import events, loops, metrics, pause
+from capi_gpu.runtime.deps import Deps
 
 TEMPLATES = ours("hetznergpumachinetemplates")
 DEFAULT_GPU = "rtx-pro-6000"

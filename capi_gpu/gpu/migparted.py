@@ -8,7 +8,7 @@ so a model added by a catalog override gets them too; a test checks them against
 
 The rendered config is what the ``mig_layout`` playbook role copies to the host as-is; Jinja never
 re-derives it. The output is the plain block style the GPU shim's parser reads (see
-``capi_gpu/sim/gpu_shim/nvidia_mig_parted.py``) and valid YAML for the real tool. Pure: text out.
+``capi_gpu_sim/gpu_shim/nvidia_mig_parted.py``) and valid YAML for the real tool. Pure: text out.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from prometheus_client import REGISTRY as PROMETHEUS_DEFAULT
 from prometheus_client import CollectorRegistry
 
-from capi_gpu.hetzner import budget, cache, circuit, metrics
+from capi_gpu.hetzner import budget, budget_metrics, cache, circuit
 
 
 class RobotAccount:
@@ -30,12 +30,12 @@ class RobotAccount:
         username: str,
         *,
         clock: budget.Clock,
-        metrics_sink: metrics.RobotMetrics | None,
+        metrics_sink: budget_metrics.RobotMetrics | None,
         share: float = 1.0,
         limits: Mapping[budget.Family, budget.Limit] | None = None,
         server_ttl_s: float = 60.0,
     ) -> None:
-        self.account_hash = metrics.account_hash(username)
+        self.account_hash = budget_metrics.account_hash(username)
         self.budget = budget.AccountBudget(clock=clock, share=share, limits=limits)
         self.circuit = circuit.CircuitBreaker()
         self.servers = cache.ServerCache(clock=clock, ttl_s=server_ttl_s)
@@ -63,7 +63,7 @@ class RobotAccount:
         """Call when the credentials Secret changed (``circuit.credentials_fingerprint(user, pw)``)."""
         return self.circuit.reset_credentials(new_fingerprint)
 
-    def count(self, family: budget.Family, outcome: metrics.Outcome) -> None:
+    def count(self, family: budget.Family, outcome: budget_metrics.Outcome) -> None:
         if self._metrics is not None:
             self._metrics.count(family.value, outcome)
 
@@ -78,7 +78,7 @@ class AccountRegistry:
         self.clock = clock
         self._accounts: dict[str, RobotAccount] = {}
         self._lock = threading.Lock()
-        self.metrics = metrics.RobotMetrics(prometheus, self.accounts) if prometheus is not None else None
+        self.metrics = budget_metrics.RobotMetrics(prometheus, self.accounts) if prometheus is not None else None
 
     def accounts(self) -> list[RobotAccount]:
         with self._lock:

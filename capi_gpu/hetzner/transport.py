@@ -34,7 +34,7 @@ import httpx
 import tenacity
 
 from capi_gpu.hetzner import account as account_mod
-from capi_gpu.hetzner import budget, circuit, errors, metrics
+from capi_gpu.hetzner import budget, budget_metrics, circuit, errors
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +184,10 @@ class RobotSession:
                 finally:
                     self.account.budget.settle(family, taken_at)
         except errors.RobotError as exc:
-            self.account.count(family, metrics.outcome_of(exc))
+            self.account.count(family, budget_metrics.outcome_of(exc))
             log.debug("robot %s %s [%s]: %s %s", method, path, family.value, exc.status, exc.code)
             raise
-        self.account.count(family, metrics.Outcome.OK)
+        self.account.count(family, budget_metrics.Outcome.OK)
         return body
 
     async def _send(

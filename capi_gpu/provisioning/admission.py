@@ -19,8 +19,7 @@ from capi_gpu.api.conditions import Reason
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineTemplate
 from capi_gpu.api.specs import GPUSpec
-from capi_gpu.gpu import catalog
-from capi_gpu.provisioning import gpuplan
+from capi_gpu.gpu import catalog, gpuplan
 
 
 @dataclass(frozen=True)

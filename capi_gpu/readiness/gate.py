@@ -20,8 +20,7 @@ import logging
 import time
 from typing import Any
 
-from capi_gpu import domain, metrics
-from capi_gpu.controllers.deps import Deps
+from capi_gpu import domain
 from capi_gpu.kube import (
     CAPI_MACHINES,
     NODES,
@@ -37,6 +36,8 @@ from capi_gpu.kube import (
 )
 from capi_gpu.readiness import decisions, targets
 from capi_gpu.readiness.informer import Change, Informer, queue_emitter
+from capi_gpu.runtime import metrics
+from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
 MANAGER = "capi-gpu-gate"

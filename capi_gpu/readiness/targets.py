@@ -15,9 +15,8 @@ from capi_gpu.api.cluster import HetznerGPUCluster
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import MigMode
-from capi_gpu.gpu import layout
+from capi_gpu.gpu import gpuplan, layout
 from capi_gpu.kube import AsyncKube, Obj, ours
-from capi_gpu.provisioning import gpuplan
 from capi_gpu.readiness import decisions
 
 MACHINES = ours("hetznergpumachines")

@@ -21,9 +21,9 @@ from capi_gpu.kube import (
     PODS,
     Res,
 )
-from capi_gpu.sim import devflow
-from capi_gpu.sim.cluster_autoscaler import ClusterAutoscaler
-from capi_gpu.sim.world import World
+from capi_gpu_sim import devflow
+from capi_gpu_sim.cluster_autoscaler import ClusterAutoscaler
+from capi_gpu_sim.world import World
 
 REPLICASETS = Res("apps", "v1", "replicasets")
 WORKLOAD_LABEL = "capi-gpu.e2e/ca-workload"

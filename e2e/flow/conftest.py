@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from capi_gpu.sim.hosts import registry
-from capi_gpu.sim.world import World, WorldConfig
+from capi_gpu_sim.hosts import registry
+from capi_gpu_sim.world import World, WorldConfig
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINES, EVENTS, NODES, SECRETS, ours
-from capi_gpu.sim.robot import LogEntry
-from capi_gpu.sim.world import World
+from capi_gpu_sim.robot import LogEntry
+from capi_gpu_sim.world import World
 
 T = TypeVar("T")
 HOSTS = ours("hetznergpuhosts")

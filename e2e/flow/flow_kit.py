@@ -27,9 +27,9 @@ from capi_gpu.kube import (
     RESOURCESLICES,
     ours,
 )
-from capi_gpu.sim import devflow
-from capi_gpu.sim.hosts.host import Host
-from capi_gpu.sim.world import World
+from capi_gpu_sim import devflow
+from capi_gpu_sim.hosts.host import Host
+from capi_gpu_sim.world import World
 
 T = TypeVar("T")
 HOSTS = ours("hetznergpuhosts")

@@ -23,10 +23,10 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.kube import CRDS, NAMESPACES, SECRETS, Kube, Res
-from capi_gpu.sim import binaries, controlplane_object, identity
-from capi_gpu.sim.controlplane import ControlPlane, Options
-from capi_gpu.sim.hosts import cgroups
-from capi_gpu.sim.world import World
+from capi_gpu_sim import binaries, controlplane_object, identity
+from capi_gpu_sim.controlplane import ControlPlane, Options
+from capi_gpu_sim.hosts import cgroups
+from capi_gpu_sim.world import World
 
 CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
 PROVIDERS = Res("clusterctl.cluster.x-k8s.io", "v1alpha3", "providers")

@@ -20,8 +20,8 @@ import pytest
 
 from capi_gpu import domain
 from capi_gpu.kube import DEVICECLASSES, PODS, RESOURCECLAIMTEMPLATES, Res, ours
-from capi_gpu.sim import binaries, node_pods, nvidia_chart
-from capi_gpu.sim.world import World
+from capi_gpu_sim import binaries, node_pods, nvidia_chart
+from capi_gpu_sim.world import World
 
 CLUSTERS = ours("hetznergpuclusters")
 DAEMONSETS = Res("apps", "v1", "daemonsets")

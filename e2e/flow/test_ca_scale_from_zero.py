@@ -30,8 +30,8 @@ from flow_kit import MD_NAME, ns, provisioned, robot_refusals, wait, where
 from capi_gpu import domain
 from capi_gpu.autoscaler import annotations, nodegroup
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, EVENTS, NODES, RESOURCECLAIMTEMPLATES, ours
-from capi_gpu.sim.cluster_autoscaler import ClusterAutoscaler, Options
-from capi_gpu.sim.world import World
+from capi_gpu_sim.cluster_autoscaler import ClusterAutoscaler, Options
+from capi_gpu_sim.world import World
 
 TEMPLATES = ours("hetznergpumachinetemplates")
 CS_MIG, CS_WHOLE, CA_WHOLE, WHOLE_TEMPLATE = "dev-cs-mig", "dev-cs-whole", "dev-ca-whole", "whole-gpu"

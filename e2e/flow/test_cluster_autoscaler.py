@@ -35,8 +35,8 @@ from flow_kit import MD_NAME, host_state, hosts, machines, ns, provisioned, read
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINES, EVENTS, NODES
-from capi_gpu.sim.cluster_autoscaler import ClusterAutoscaler, Options
-from capi_gpu.sim.world import World
+from capi_gpu_sim.cluster_autoscaler import ClusterAutoscaler, Options
+from capi_gpu_sim.world import World
 
 HOST_COUNT = 3
 TIMEOUT_S = 420.0

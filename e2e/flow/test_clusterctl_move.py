@@ -36,11 +36,11 @@ from move_kit import Target, clusterctl_move, label_for_move
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, NODES, PODS, Kube, ours
-from capi_gpu.sim import audit, controlplane_object
-from capi_gpu.sim.controlplane import ControlPlane
-from capi_gpu.sim.hosts.host import Running
-from capi_gpu.sim.identity import SA_NAME, SA_NAMESPACE
-from capi_gpu.sim.world import World
+from capi_gpu_sim import audit, controlplane_object
+from capi_gpu_sim.controlplane import ControlPlane
+from capi_gpu_sim.hosts.host import Running
+from capi_gpu_sim.identity import SA_NAME, SA_NAMESPACE
+from capi_gpu_sim.world import World
 
 POD = "moved-claim"
 OUR_MOVED = ("hetznergpuhosts", "hetznergpumachines", "hetznergpuclusters")

@@ -35,7 +35,7 @@ from fault_kit import (
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINES, CAPI_MHCS, NODES
-from capi_gpu.sim.world import World
+from capi_gpu_sim.world import World
 
 INSTALL_SECONDS = 6.0  # each installimage run, so there is time to cut SSH under it
 

@@ -30,9 +30,9 @@ from fault_kit import (
 
 from capi_gpu import domain
 from capi_gpu.kube import ours
-from capi_gpu.sim.hosts import targets
-from capi_gpu.sim.hosts.host import Running
-from capi_gpu.sim.world import World
+from capi_gpu_sim.hosts import targets
+from capi_gpu_sim.hosts.host import Running
+from capi_gpu_sim.world import World
 
 LATENCY_S = 0.4  # every Robot answer takes this long: the "sent, not yet recorded" window is this wide
 CONFIGURE_KILL_AFTER_S = 4.0  # Ansible is well into site.yml by then (a run takes ~30 s here)

@@ -28,7 +28,7 @@ from fault_kit import (
 )
 
 from capi_gpu.kube import SECRETS
-from capi_gpu.sim.world import World
+from capi_gpu_sim.world import World
 
 LIMIT_INTERVAL_S = 4  # real seconds: the tight limits' window, which the 403's interval says
 

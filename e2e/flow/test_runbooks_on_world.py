@@ -34,9 +34,9 @@ import pytest
 
 from capi_gpu import domain
 from capi_gpu.kube import NODES, PODS, Kube, ours
-from capi_gpu.sim import binaries, devflow
-from capi_gpu.sim.hosts.keys import md5_fingerprint
-from capi_gpu.sim.world import World, wait_for
+from capi_gpu_sim import binaries, devflow
+from capi_gpu_sim.hosts.keys import md5_fingerprint
+from capi_gpu_sim.world import World, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = sorted((REPO / "docs" / "runbooks").glob("*.md"))

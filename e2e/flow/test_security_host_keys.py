@@ -27,8 +27,8 @@ from fault_kit import (
 )
 
 from capi_gpu.kube import CAPI_MHCS
-from capi_gpu.sim.hosts.host import Host
-from capi_gpu.sim.world import World
+from capi_gpu_sim.hosts.host import Host
+from capi_gpu_sim.world import World
 
 FIRST = 2_000_001  # FleetConfig's first server number
 IMPOSTOR = FIRST + 1  # its rescue system presents keys Robot never reported

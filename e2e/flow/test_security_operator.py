@@ -37,8 +37,8 @@ from fault_kit import (
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, EVENTS, JSON_PATCH, NODES, SECRETS, Forbidden, Kube, Res, ours
-from capi_gpu.sim import identity
-from capi_gpu.sim.world import World
+from capi_gpu_sim import identity
+from capi_gpu_sim.world import World
 
 OUR_KINDS = ("hetznergpuhosts", "hetznergpumachines", "hetznergpuclusters", "hetznergpumachinetemplates",
              "hetznergpuremediations")  # fmt: skip

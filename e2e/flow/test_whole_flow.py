@@ -56,9 +56,9 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.gpu import layout
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, CAPI_MHCS, EVENTS, NODES, RESOURCESLICES
-from capi_gpu.sim.dra_publisher import GPU_LOST_TAINT
-from capi_gpu.sim.kubelet import JOIN_RECORD
-from capi_gpu.sim.world import World
+from capi_gpu_sim.dra_publisher import GPU_LOST_TAINT
+from capi_gpu_sim.kubelet import JOIN_RECORD
+from capi_gpu_sim.world import World
 
 HOST_COUNT = 3
 GPU_STATE = "/run/gpu-shim/state.json"  # the GPU shim's instances; written only when they change

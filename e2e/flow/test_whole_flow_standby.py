@@ -44,9 +44,9 @@ from flow_kit import (
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.kube import NODES
-from capi_gpu.sim import devflow
-from capi_gpu.sim.kubelet import JOIN_RECORD
-from capi_gpu.sim.world import World
+from capi_gpu_sim import devflow
+from capi_gpu_sim.kubelet import JOIN_RECORD
+from capi_gpu_sim.world import World
 
 LAYOUT = "all-1g.24gb"
 TIMES: dict[str, float] = {}  # time-to-claim-bound by path, for the comparison the last test prints

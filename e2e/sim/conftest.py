@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import pytest
 from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 
-from capi_gpu.sim import aptrepo
-from capi_gpu.sim.fleet import Fleet, FleetConfig
-from capi_gpu.sim.hosts import keys, registry
-from capi_gpu.sim.hosts.host import HostConfig
-from capi_gpu.sim.robot import RobotSim
+from capi_gpu_sim import aptrepo
+from capi_gpu_sim.fleet import Fleet, FleetConfig
+from capi_gpu_sim.hosts import keys, registry
+from capi_gpu_sim.hosts.host import HostConfig
+from capi_gpu_sim.robot import RobotSim
 
 COMPRESSION = 600.0
 KUBERNETES_VERSION = "v1.36.3"

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 
 from capi_gpu.provisioning import ssh
-from capi_gpu.sim.hosts import keys
-from capi_gpu.sim.hosts.host import Host
-from capi_gpu.sim.robot import RobotSim
+from capi_gpu_sim.hosts import keys
+from capi_gpu_sim.hosts.host import Host
+from capi_gpu_sim.robot import RobotSim
 
 BOOT_TIMEOUT_S = 60.0
 

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from capi_gpu.sim.fleet import Fleet, FleetConfig
-from capi_gpu.sim.hosts import registry
+from capi_gpu_sim.fleet import Fleet, FleetConfig
+from capi_gpu_sim.hosts import registry
 
 UP_TIMEOUT_S = 120.0
 

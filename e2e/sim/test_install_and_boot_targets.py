@@ -22,10 +22,10 @@ from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 from capi_gpu.api.specs import InstallImageSpec
 from capi_gpu.provisioning import hostfacts, ssh, sshtransport
 from capi_gpu.provisioning import installimage as provider_installimage
-from capi_gpu.sim import aptrepo
-from capi_gpu.sim.fleet import Fleet
-from capi_gpu.sim.hosts import keys, views
-from capi_gpu.sim.hosts.host import Host, Running, State
+from capi_gpu_sim import aptrepo
+from capi_gpu_sim.fleet import Fleet
+from capi_gpu_sim.hosts import keys, views
+from capi_gpu_sim.hosts.host import Host, Running, State
 
 IMAGE = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
 GEX131_CPU_MEMORY = (48, 257_672)  # nproc; MemTotal of 256 GB installed, in MiB (not the test machine's)

@@ -20,10 +20,10 @@ from capi_gpu import domain
 from capi_gpu.gpu import catalog, layout
 from capi_gpu.kube import NODES, RESOURCESLICES, Kube
 from capi_gpu.provisioning import bootstrap, hostfacts, ssh
-from capi_gpu.sim import host_shims
-from capi_gpu.sim.fleet import Fleet, install_on_disk
-from capi_gpu.sim.hosts import keys
-from capi_gpu.sim.hosts.host import Host
+from capi_gpu_sim import host_shims
+from capi_gpu_sim.fleet import Fleet, install_on_disk
+from capi_gpu_sim.hosts import keys
+from capi_gpu_sim.hosts.host import Host
 
 JOIN_CONFIG = """apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration
@@ -162,7 +162,7 @@ def test_published_slices_match_the_layout_and_the_fault_knobs(
 ) -> None:
     number = fleet.host().server_number
     name = f"bm-{number}"
-    smi = resources.files("capi_gpu.sim.gpu_shim").joinpath("nvidia_smi.py").read_bytes()
+    smi = resources.files("capi_gpu_sim.gpu_shim").joinpath("nvidia_smi.py").read_bytes()
     files = {**host_shims.kubeadm_files(), "/usr/bin/nvidia-smi": host_shims.GuestFile(smi)}
     host, _pin = install_os(fleet, robot_api, client_key, "#cloud-config\n{}\n", files)
     model = catalog.builtin_catalog().model("2bb5")

@@ -10,9 +10,9 @@ import pytest
 from sim_helpers import Rescue
 
 from capi_gpu.provisioning import ssh
-from capi_gpu.sim.fleet import Fleet
-from capi_gpu.sim.hosts import keys
-from capi_gpu.sim.hosts.host import Running, State
+from capi_gpu_sim.fleet import Fleet
+from capi_gpu_sim.hosts import keys
+from capi_gpu_sim.hosts.host import Running, State
 
 
 def test_rescue_accepts_the_host_key_robot_reported(rescue: Rescue, client_key: keys.KeyPair) -> None:
@@ -96,7 +96,7 @@ def test_secrets_never_reach_logs(rescue: Rescue, client_key: keys.KeyPair, capl
 
 
 def test_a_host_that_never_boots_back(fleet: Fleet, robot_api: object, client_key: keys.KeyPair) -> None:
-    from capi_gpu.sim.robot import RobotSim
+    from capi_gpu_sim.robot import RobotSim
 
     host = fleet.host()
     robot = fleet.robot

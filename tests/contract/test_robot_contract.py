@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from prometheus_client import CollectorRegistry
 
 from capi_gpu.hetzner import account, budget, circuit, errors, models, robot
-from capi_gpu.sim.robot import RobotSim
+from capi_gpu_sim.robot import RobotSim
 
 REAL = bool(os.environ.get("ROBOT_USER") and os.environ.get("ROBOT_PASSWORD"))
 REAL_WRITES = REAL and bool(os.environ.get("ROBOT_TEST_SERVER"))

@@ -19,8 +19,8 @@ import yaml
 from capi_gpu import domain
 from capi_gpu.kube import DEVICECLASSES, RESOURCECLAIMTEMPLATES, Kube, NotFound, Res
 from capi_gpu.provisioning import addons
-from capi_gpu.sim import binaries, dra_publisher, nvidia_chart
-from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu_sim import binaries, dra_publisher, nvidia_chart
+from capi_gpu_sim.controlplane import ControlPlane, Options
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,8 @@ import yaml
 from kopf._core.engines import posting  # the contextvars kopf sets around handlers (events.emit needs them)
 
 from capi_gpu import cli, domain
-from capi_gpu.autoscaler import runner, sync
-from capi_gpu.autoscaler.ca_verdicts import PodPolicy
+from capi_gpu.autoscaler import scaler_runner, sync
 from capi_gpu.autoscaler.scaler import ClaimScaler
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import (
     CAPI_CLUSTERS,
     CAPI_MACHINEDEPLOYMENTS,
@@ -39,8 +36,10 @@ from capi_gpu.kube import (
     ours,
 )
 from capi_gpu.provisioning.ansible import AnsibleRunner
-from capi_gpu.sim import binaries
-from capi_gpu.sim.controlplane import ControlPlane
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import PodPolicy, Settings
+from capi_gpu_sim import binaries
+from capi_gpu_sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -222,7 +221,7 @@ async def test_pending_2g_pod_scales_the_owned_machinedeployment_from_zero(
     gpu_pod(kube, ns, "p")
     await until("the scheduler to give up on the pod", lambda: unschedulable(kube, ns, "p"))
     with kopf_context() as events:
-        task = asyncio.create_task(runner.run_for(deps, ns, "c1", Stopped()))  # as the kopf daemon runs it
+        task = asyncio.create_task(scaler_runner.run_for(deps, ns, "c1", Stopped()))  # as the kopf daemon runs it
         try:
             await until("the claim-scaler MachineDeployment at 1", lambda: replicas(kube, ns, "gpu-claims") == 1)
             await asyncio.sleep(3)  # further passes (pod still pending) see the new replica as coming

@@ -14,13 +14,13 @@ import pytest
 
 from capi_gpu import domain
 from capi_gpu.controllers import cluster_loop
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import DEVICECLASSES, NAMESPACES, AsyncKube, Kube, ours
 from capi_gpu.provisioning import addons
 from capi_gpu.provisioning.ansible import AnsibleRunner
-from capi_gpu.sim import binaries, controlplane
-from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
+from capi_gpu_sim import binaries, controlplane
+from capi_gpu_sim.controlplane import ControlPlane, Options
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu_sim.controlplane import ControlPlane, Options
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def test_start_stop_twice_leaves_no_process(tmp_path: Path) -> None:
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from capi_gpu.sim.controlplane import ControlPlane, Options
+from capi_gpu_sim.controlplane import ControlPlane, Options
 cp = ControlPlane(Path(sys.argv[1]), Options(with_capi=False, with_scheduler=False))
 cp.start()
 print(json.dumps(cp.component_pids()), flush=True)

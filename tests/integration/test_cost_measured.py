@@ -16,7 +16,7 @@ import pytest
 
 from capi_gpu import cli, domain
 from capi_gpu.kube import RESOURCECLAIMS, RESOURCESLICES, Kube
-from capi_gpu.sim.controlplane import ControlPlane
+from capi_gpu_sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

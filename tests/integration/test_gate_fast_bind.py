@@ -36,7 +36,7 @@ from test_readiness_gate import (
 from capi_gpu import domain
 from capi_gpu.kube import PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, RESOURCESLICES, Kube
 from capi_gpu.readiness import decisions
-from capi_gpu.sim.gate_world import HOSTS, GateWorld, GpuNode
+from capi_gpu_sim.gate_world import HOSTS, GateWorld, GpuNode
 
 pytestmark = pytest.mark.integration
 deps, world, gates = rg.deps, rg.world, rg.gates  # the gate fixtures of test_readiness_gate

@@ -21,10 +21,10 @@ from test_sim_node_pods import _slices, chart_daemonset, run_node_pods
 
 from capi_gpu import domain
 from capi_gpu.kube import PODS, Kube
-from capi_gpu.sim import node_pods
-from capi_gpu.sim import world as sim_world
-from capi_gpu.sim.dra_publisher import DraPublisher
-from capi_gpu.sim.gate_world import CLUSTERS, GateWorld, GpuNode
+from capi_gpu_sim import node_pods
+from capi_gpu_sim import world as sim_world
+from capi_gpu_sim.dra_publisher import DraPublisher
+from capi_gpu_sim.gate_world import CLUSTERS, GateWorld, GpuNode
 
 pytestmark = pytest.mark.integration
 deps, world, gates = rg.deps, rg.world, rg.gates  # the gate fixtures of test_readiness_gate

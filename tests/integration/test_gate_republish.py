@@ -20,12 +20,12 @@ from test_readiness_gate import Gates, is_, kopf_context, machine_conditions, no
 from capi_gpu import domain
 from capi_gpu.api.specs import GPUSpec, MigMode
 from capi_gpu.controllers import machine_loop
-from capi_gpu.controllers.deps import Deps
 from capi_gpu.kube import CAPI_CLUSTERS, RESOURCESLICES, Kube
 from capi_gpu.readiness import decisions, gate
-from capi_gpu.sim.gate_world import HOSTS, GateWorld
-from capi_gpu.sim.hosts.targets import Running, State
-from capi_gpu.sim.kubelet import JOIN_RECORD, SimKubelet
+from capi_gpu.runtime.deps import Deps
+from capi_gpu_sim.gate_world import HOSTS, GateWorld
+from capi_gpu_sim.hosts.targets import Running, State
+from capi_gpu_sim.kubelet import JOIN_RECORD, SimKubelet
 
 pytestmark = pytest.mark.integration
 deps, world, gates = rg.deps, rg.world, rg.gates  # the gate fixtures of test_readiness_gate

@@ -19,7 +19,7 @@ from capi_gpu import cli, domain
 from capi_gpu.api import base
 from capi_gpu.cli import hosts
 from capi_gpu.kube import EVENTS, Kube, ours
-from capi_gpu.sim.controlplane import ControlPlane, free_port
+from capi_gpu_sim.controlplane import ControlPlane, free_port
 
 pytestmark = pytest.mark.integration
 

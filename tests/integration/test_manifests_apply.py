@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from capi_gpu.kube import CRDS, NAMESPACES, Conflict, Invalid, Kube, NotFound, Res
-from capi_gpu.sim import binaries, controlplane_object
-from capi_gpu.sim.controlplane import ControlPlane
+from capi_gpu_sim import binaries, controlplane_object
+from capi_gpu_sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

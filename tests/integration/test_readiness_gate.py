@@ -28,8 +28,6 @@ from kopf._core.engines import posting  # the contextvars kopf sets for handlers
 from capi_gpu import domain
 from capi_gpu.api.specs import GPUSpec, MigLayout
 from capi_gpu.controllers import machine_loop
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import (
     CAPI_CLUSTERS,
     CAPI_MACHINES,
@@ -44,11 +42,13 @@ from capi_gpu.kube import (
     Kube,
 )
 from capi_gpu.provisioning.ansible import AnsibleRunner
-from capi_gpu.readiness import decisions, runner
+from capi_gpu.readiness import decisions, gate_runner
 from capi_gpu.readiness.gate import ClusterGate
-from capi_gpu.sim.controlplane import ControlPlane
-from capi_gpu.sim.dra_publisher import build_devices
-from capi_gpu.sim.gate_world import HOSTS, MACHINES, GateWorld, GpuNode
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
+from capi_gpu_sim.controlplane import ControlPlane
+from capi_gpu_sim.dra_publisher import build_devices
+from capi_gpu_sim.gate_world import HOSTS, MACHINES, GateWorld, GpuNode
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ class Gates:
         ``infra_cluster``, the gate checks the NVIDIA plugin's pods as that HetznerGPUCluster says."""
         assert self.task is None, "one gate at a time"
         ns, cluster = self.world.namespace, self.world.cluster
-        self.task = asyncio.create_task(runner.run(self.deps, ns, cluster, Stopped(), infra_cluster))
+        self.task = asyncio.create_task(gate_runner.run(self.deps, ns, cluster, Stopped(), infra_cluster))
 
     async def pause(self) -> None:
         """Stop the gate's loop and informers, keeping its caches and its client: its last view goes stale."""

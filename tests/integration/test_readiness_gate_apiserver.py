@@ -18,7 +18,7 @@ import yaml
 
 from capi_gpu import domain
 from capi_gpu.readiness import decisions
-from capi_gpu.sim import binaries, controlplane
+from capi_gpu_sim import binaries, controlplane
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from capi_gpu import cli
-from capi_gpu.sim import binaries
-from capi_gpu.sim.controlplane import ControlPlane
+from capi_gpu_sim import binaries
+from capi_gpu_sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

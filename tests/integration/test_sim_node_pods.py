@@ -23,8 +23,8 @@ import yaml
 from capi_gpu import domain
 from capi_gpu.kube import NAMESPACES, NODES, PODS, RESOURCESLICES, Kube, Res
 from capi_gpu.relayout import Relayout
-from capi_gpu.sim import daemonset_fit, dra_publisher, node_pods, nvidia_chart
-from capi_gpu.sim import world as sim_world
+from capi_gpu_sim import daemonset_fit, dra_publisher, node_pods, nvidia_chart
+from capi_gpu_sim import world as sim_world
 
 pytestmark = pytest.mark.integration
 

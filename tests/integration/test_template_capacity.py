@@ -13,11 +13,11 @@ import pytest
 from capi_gpu import domain
 from capi_gpu.api.host import DiskInfo, GPUInfo, HardwareDetails, HetznerGPUHost, HetznerGPUHostSpec, HostState
 from capi_gpu.controllers import template_loop
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import AsyncKube, Kube, ours
 from capi_gpu.provisioning.ansible import AnsibleRunner
-from capi_gpu.sim.controlplane import ControlPlane
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
+from capi_gpu_sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 HOSTS, TEMPLATES = ours("hetznergpuhosts"), ours("hetznergpumachinetemplates")

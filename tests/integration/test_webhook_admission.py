@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from capi_gpu.kube import NAMESPACES, SECRETS, Invalid, Kube, KubeError, ours
-from capi_gpu.sim import binaries
-from capi_gpu.sim import webhook as simhook
-from capi_gpu.sim.controlplane import ControlPlane, free_port
+from capi_gpu_sim import binaries
+from capi_gpu_sim import webhook as simhook
+from capi_gpu_sim.controlplane import ControlPlane, free_port
 
 pytestmark = pytest.mark.integration
 

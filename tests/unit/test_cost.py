@@ -1,18 +1,18 @@
-"""capi_gpu.cost: the seed's €1.22/€7.41 from €889, the Oct 2026 GEX131 prices, setup amortisation,
+"""capi_gpu.pricing: the seed's €1.22/€7.41 from €889, the Oct 2026 GEX131 prices, setup amortisation,
 Hetzner's hourly-billing cap and re-order fees, cloud conversion, break-even and per-slice figures, bad input."""
 
 from __future__ import annotations
 
 import pytest
 
-from capi_gpu import cost
+from capi_gpu import pricing
 
-OCT = cost.GEX131_OCT_2026
-NO_CLOUD: tuple[cost.CloudOffer, ...] = ()
+OCT = pricing.GEX131_OCT_2026
+NO_CLOUD: tuple[pricing.CloudOffer, ...] = ()
 
 
-def price(monthly: float, setup: float = 0.0, hourly: float | None = None) -> cost.HostPrice:
-    return cost.HostPrice("test", monthly, setup, hourly, "today", "test")
+def price(monthly: float, setup: float = 0.0, hourly: float | None = None) -> pricing.HostPrice:
+    return pricing.HostPrice("test", monthly, setup, hourly, "today", "test")
 
 
 @pytest.mark.parametrize(
@@ -27,20 +27,22 @@ def price(monthly: float, setup: float = 0.0, hourly: float | None = None) -> co
     ],
 )
 def test_per_used_gpu_hour_matches_the_reference_table(monthly: float, used_hours: float, per_used_hour: float) -> None:
-    terms = cost.Terms(term_months=1)
-    s = cost.scenario(price(monthly), terms, cost.utilization_from_hours(used_hours, terms), NO_CLOUD, cost.DEFAULT_FX)
+    terms = pricing.Terms(term_months=1)
+    s = pricing.scenario(
+        price(monthly), terms, pricing.utilization_from_hours(used_hours, terms), NO_CLOUD, pricing.DEFAULT_FX
+    )
     assert s.leased_per_used_gpu_hour is not None
     assert round(s.leased_per_used_gpu_hour, 2) == per_used_hour
 
 
 def test_seed_check_reproduces_the_post() -> None:
-    seed = cost.seed_check()
+    seed = pricing.seed_check()
     assert (seed.monthly, round(seed.per_hour_730, 2), round(seed.per_used_hour_120, 2)) == (889.0, 1.22, 7.41)
 
 
 def test_october_2026_list_price_is_the_default_and_hourly_is_monthly_over_624() -> None:
     assert (OCT.monthly, OCT.hourly, OCT.setup, OCT.as_of) == (1497.30, 2.3995, 1499.0, "2026-10-08")
-    assert round(OCT.monthly / cost.HETZNER_HOURLY_DIVISOR, 4) == OCT.hourly
+    assert round(OCT.monthly / pricing.HETZNER_HOURLY_DIVISOR, 4) == OCT.hourly
     assert round(price(889.0).hourly_rate, 4) == 1.4247  # no hourly given: Hetzner's /624 rule
 
 
@@ -49,12 +51,12 @@ def test_october_2026_list_price_is_the_default_and_hourly_is_monthly_over_624()
     [(1, 1497.30 + 1499), (12, 1497.30 + 1499 / 12), (36, 1497.30 + 1499 / 36)],
 )
 def test_setup_fee_is_spread_over_the_term(term_months: float, month: float) -> None:
-    assert cost.leased_month(OCT, cost.Terms(term_months=term_months)) == pytest.approx(month)
+    assert pricing.leased_month(OCT, pricing.Terms(term_months=term_months)) == pytest.approx(month)
 
 
 def test_default_prices_at_16_50_100_percent() -> None:
-    terms = cost.Terms()  # 12-month term, 730 h
-    got = [cost.scenario(OCT, terms, u, NO_CLOUD, cost.DEFAULT_FX) for u in (0.16, 0.5, 1.0)]
+    terms = pricing.Terms()  # 12-month term, 730 h
+    got = [pricing.scenario(OCT, terms, u, NO_CLOUD, pricing.DEFAULT_FX) for u in (0.16, 0.5, 1.0)]
     assert [round(s.leased_per_used_gpu_hour or 0, 2) for s in got] == [13.89, 4.44, 2.22]
     assert [round(s.leased_per_used_slice_hour or 0, 2) for s in got] == [3.47, 1.11, 0.56]
     assert all(s.leased_month == pytest.approx(1622.2167, abs=1e-3) for s in got)
@@ -76,57 +78,57 @@ def test_default_prices_at_16_50_100_percent() -> None:
 def test_hourly_billing_rounds_up_caps_at_monthly_and_pays_setup_per_order(
     used_hours: float, orders: int, month: float
 ) -> None:
-    assert cost.hourly_billed_month(OCT, used_hours, cost.Terms(orders_per_month=orders)) == pytest.approx(month)
+    assert pricing.hourly_billed_month(OCT, used_hours, pricing.Terms(orders_per_month=orders)) == pytest.approx(month)
 
 
 def test_hourly_billing_beats_leasing_only_below_a_few_dozen_hours() -> None:
-    terms = cost.Terms()
-    below = cost.hourly_wins_below_hours(OCT, terms)
+    terms = pricing.Terms()
+    below = pricing.hourly_wins_below_hours(OCT, terms)
     assert below == pytest.approx((1497.30 + 1499 / 12 - 1499) / 2.3995)
     assert round(below, 1) == 51.4
-    assert cost.hourly_billed_month(OCT, below - 1, terms) < cost.leased_month(OCT, terms)
-    assert cost.hourly_billed_month(OCT, below + 1, terms) > cost.leased_month(OCT, terms)
+    assert pricing.hourly_billed_month(OCT, below - 1, terms) < pricing.leased_month(OCT, terms)
+    assert pricing.hourly_billed_month(OCT, below + 1, terms) > pricing.leased_month(OCT, terms)
     # Two re-orders a month cost more than the whole kept month: never worth it.
-    assert cost.hourly_wins_below_hours(OCT, cost.Terms(orders_per_month=2)) == 0.0
+    assert pricing.hourly_wins_below_hours(OCT, pricing.Terms(orders_per_month=2)) == 0.0
     # Without setup fee hourly billing wins up to the cap (624 h).
-    assert cost.hourly_wins_below_hours(price(889.0), cost.Terms(term_months=1)) == pytest.approx(624)
+    assert pricing.hourly_wins_below_hours(price(889.0), pricing.Terms(term_months=1)) == pytest.approx(624)
 
 
 @pytest.mark.parametrize(
     ("offer", "eur_per_gpu_hour", "break_even"),
     [
-        (cost.SCALEWAY_H100, 2.87, 1622.2167 / (730 * 2.87)),
-        (cost.CLOUD_RUN_L4, 1.05 / 1.1669 * 4, 1622.2167 / (730 * 1.05 / 1.1669 * 4)),
+        (pricing.SCALEWAY_H100, 2.87, 1622.2167 / (730 * 2.87)),
+        (pricing.CLOUD_RUN_L4, 1.05 / 1.1669 * 4, 1622.2167 / (730 * 1.05 / 1.1669 * 4)),
     ],
 )
 def test_cloud_offers_convert_currency_and_break_even(
-    offer: cost.CloudOffer, eur_per_gpu_hour: float, break_even: float
+    offer: pricing.CloudOffer, eur_per_gpu_hour: float, break_even: float
 ) -> None:
-    terms = cost.Terms()
-    assert cost.cloud_eur_per_gpu_hour(offer, cost.DEFAULT_FX) == pytest.approx(eur_per_gpu_hour)
-    u = cost.break_even_utilization(OCT, terms, offer, cost.DEFAULT_FX)
+    terms = pricing.Terms()
+    assert pricing.cloud_eur_per_gpu_hour(offer, pricing.DEFAULT_FX) == pytest.approx(eur_per_gpu_hour)
+    u = pricing.break_even_utilization(OCT, terms, offer, pricing.DEFAULT_FX)
     assert u == pytest.approx(break_even)
-    at = cost.scenario(OCT, terms, u, [offer], cost.DEFAULT_FX)
+    at = pricing.scenario(OCT, terms, u, [offer], pricing.DEFAULT_FX)
     assert at.cloud[0].month == pytest.approx(at.leased_month)  # the definition of break-even
-    above = cost.scenario(OCT, terms, min(u + 0.05, 1.0), [offer], cost.DEFAULT_FX)
+    above = pricing.scenario(OCT, terms, min(u + 0.05, 1.0), [offer], pricing.DEFAULT_FX)
     assert above.cloud[0].month > above.leased_month
 
 
 def test_default_break_evens() -> None:
-    terms = cost.Terms()
-    got = [round(cost.break_even_utilization(OCT, terms, o, cost.DEFAULT_FX), 3) for o in cost.DEFAULT_OFFERS]
+    terms = pricing.Terms()
+    got = [round(pricing.break_even_utilization(OCT, terms, o, pricing.DEFAULT_FX), 3) for o in pricing.DEFAULT_OFFERS]
     assert got == [0.774, 0.617]
 
 
 def test_a_slice_hour_is_a_quarter_gpu_hour_when_packed() -> None:
-    s = cost.scenario(OCT, cost.Terms(), 1.0, [cost.CLOUD_RUN_L4], cost.DEFAULT_FX)
+    s = pricing.scenario(OCT, pricing.Terms(), 1.0, [pricing.CLOUD_RUN_L4], pricing.DEFAULT_FX)
     assert s.leased_per_used_slice_hour == pytest.approx((s.leased_per_used_gpu_hour or 0) / 4)
     # One L4 stands in for one 1g.24gb slice: its slice-hour is its own hourly price.
     assert s.cloud[0].per_used_slice_hour == pytest.approx(1.05 / 1.1669)
 
 
 def test_zero_utilization_has_no_per_hour_figure() -> None:
-    s = cost.scenario(OCT, cost.Terms(), 0.0, NO_CLOUD, cost.DEFAULT_FX)
+    s = pricing.scenario(OCT, pricing.Terms(), 0.0, NO_CLOUD, pricing.DEFAULT_FX)
     assert (s.leased_per_used_gpu_hour, s.hourly_per_used_gpu_hour, s.hourly_month) == (None, None, 0.0)
     assert s.leased_month > 0  # a kept server costs money unused
 
@@ -134,24 +136,24 @@ def test_zero_utilization_has_no_per_hour_figure() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        lambda: cost.check_utilization(1.2),
-        lambda: cost.check_utilization(-0.1),
-        lambda: cost.check_utilization(float("nan")),
-        lambda: cost.utilization_from_hours(731, cost.Terms()),
-        lambda: cost.Terms(term_months=0),
-        lambda: cost.Terms(orders_per_month=-1),
-        lambda: cost.check_price(price(-1.0)),
-        lambda: cost.cloud_eur_per_gpu_hour(
-            cost.CloudOffer("x", 1.0, cost.Currency.EUR, 0.0, "", "", ""), cost.DEFAULT_FX
+        lambda: pricing.check_utilization(1.2),
+        lambda: pricing.check_utilization(-0.1),
+        lambda: pricing.check_utilization(float("nan")),
+        lambda: pricing.utilization_from_hours(731, pricing.Terms()),
+        lambda: pricing.Terms(term_months=0),
+        lambda: pricing.Terms(orders_per_month=-1),
+        lambda: pricing.check_price(price(-1.0)),
+        lambda: pricing.cloud_eur_per_gpu_hour(
+            pricing.CloudOffer("x", 1.0, pricing.Currency.EUR, 0.0, "", "", ""), pricing.DEFAULT_FX
         ),
     ],
 )
 def test_bad_input_is_a_cost_error(bad: object) -> None:
     assert callable(bad)
-    with pytest.raises(cost.CostError):
+    with pytest.raises(pricing.CostError):
         bad()
 
 
 def test_caveat_names_the_catch() -> None:
     for phrase in ("cancelled", "new order", "setup fee", "10-12 workday", "20 orders a day"):
-        assert phrase in cost.HOURLY_CAVEAT
+        assert phrase in pricing.HOURLY_CAVEAT

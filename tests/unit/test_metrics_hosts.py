@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from capi_gpu import metrics
+from capi_gpu.runtime import metrics
 
 
 def hosts(state: str) -> float:

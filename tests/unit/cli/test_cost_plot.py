@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from matplotlib.lines import Line2D
 
-from capi_gpu import cli, cost
+from capi_gpu import cli, pricing
 from capi_gpu.cli import cost_plot
 
 
 def report_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Path, *argv: str) -> tuple[str, str]:
     capsys.readouterr()
-    svg = tmp_path / "cost.svg"
+    svg = tmp_path / "pricing.svg"
     assert cli.main(["cost", *argv, "--plot", str(svg)]) == 0
     out, err = capsys.readouterr()
     assert f"chart written to {svg}" in err
@@ -65,19 +65,19 @@ def test_chart_carries_the_numbers_the_text_report_prints(capsys: pytest.Capture
 
 
 def test_curves_cross_where_the_report_says() -> None:
-    price, terms, fx = cost.GEX131_OCT_2026, cost.Terms(), cost.DEFAULT_FX
-    scenarios = [cost.scenario(price, terms, u, cost.DEFAULT_OFFERS, fx) for u in (0.16, 0.5, 1.0)]
-    fig = cost_plot.figure(price, terms, fx, cost.DEFAULT_OFFERS, scenarios)
+    price, terms, fx = pricing.GEX131_OCT_2026, pricing.Terms(), pricing.DEFAULT_FX
+    scenarios = [pricing.scenario(price, terms, u, pricing.DEFAULT_OFFERS, fx) for u in (0.16, 0.5, 1.0)]
+    fig = cost_plot.figure(price, terms, fx, pricing.DEFAULT_OFFERS, scenarios)
     leased, sliced = line(fig, "leased GEX131"), line(fig, "same host shared")
     for s in scenarios:
         assert s.leased_per_used_gpu_hour is not None and s.leased_per_used_slice_hour is not None
         assert value_at(leased, s.utilization * 100) == pytest.approx(s.leased_per_used_gpu_hour, rel=0.01)
         assert value_at(sliced, s.utilization * 100) == pytest.approx(s.leased_per_used_slice_hour, rel=0.01)
-    for offer in cost.DEFAULT_OFFERS:
+    for offer in pricing.DEFAULT_OFFERS:
         flat = line(fig, offer.name)
-        rate = cost.cloud_eur_per_gpu_hour(offer, fx)
+        rate = pricing.cloud_eur_per_gpu_hour(offer, fx)
         assert [float(y) for y in flat.get_ydata()] == pytest.approx([rate, rate])  # type: ignore[union-attr]
-        be = cost.break_even_utilization(price, terms, offer, fx)
+        be = pricing.break_even_utilization(price, terms, offer, fx)
         assert value_at(leased, be * 100) == pytest.approx(rate, rel=0.01)  # the curves meet at the mark
     hourly = line(fig, "Hetzner hourly billing")
     assert value_at(hourly, 50) == pytest.approx(scenarios[1].hourly_per_used_gpu_hour, rel=0.01)
@@ -87,8 +87,8 @@ def test_curves_cross_where_the_report_says() -> None:
 
 
 def test_measured_utilization_is_marked(tmp_path: Path) -> None:
-    price, terms, fx = cost.GEX131_OCT_2026, cost.Terms(), cost.DEFAULT_FX
-    fig = cost_plot.figure(price, terms, fx, cost.DEFAULT_OFFERS, [], measured=0.3125)
+    price, terms, fx = pricing.GEX131_OCT_2026, pricing.Terms(), pricing.DEFAULT_FX
+    fig = cost_plot.figure(price, terms, fx, pricing.DEFAULT_OFFERS, [], measured=0.3125)
     mark = line(fig, "measured utilization 31.2%")
     assert [float(x) for x in mark.get_xdata()] == [31.25, 31.25]  # type: ignore[union-attr]
     png = tmp_path / "m.png"

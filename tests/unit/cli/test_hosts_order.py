@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from capi_gpu.cli import hosts_order
-from capi_gpu.sim.robot import RobotSim
+from capi_gpu_sim.robot import RobotSim
 
 
 @pytest.fixture

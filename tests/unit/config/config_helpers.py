@@ -1,6 +1,6 @@
 """Helpers of the manifest tests: the kustomize and clusterctl binaries, rendered components, template text.
 
-kustomize and clusterctl are the pinned upstream builds (``capi_gpu.sim.binaries``); a missing one is
+kustomize and clusterctl are the pinned upstream builds (``capi_gpu_sim.binaries``); a missing one is
 built, never skipped. They only read files of this repository and never reach the network
 (clusterctl's version check is switched off and its config directory is a temporary one).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from capi_gpu.sim import binaries
+from capi_gpu_sim import binaries
 
 REPO = binaries.REPO
 CONFIG = REPO / "config"

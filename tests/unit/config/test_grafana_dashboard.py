@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from capi_gpu import metrics
 from capi_gpu.api.host import HostState
 from capi_gpu.hetzner import account, budget
-from capi_gpu.hetzner import metrics as robot_metrics
+from capi_gpu.hetzner import budget_metrics as robot_metrics
+from capi_gpu.runtime import metrics
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "config" / "grafana" / "capi-gpu-dashboard.json"
 SCRAPE_LABELS = {"job", "instance"}  # added by Prometheus, not by the exporter

@@ -1,6 +1,6 @@
 """A reproducible image: the Dockerfile's base pinned by digest, every dependency installed from
 requirements.lock with hashes, the lock in step with pyproject.toml (each dependency pinned inside its
-range, nothing pinned without a hash), and the wheel leaving out capi_gpu.sim, with the CLI still working
+range, nothing pinned without a hash), and the wheel leaving out capi_gpu_sim, with the CLI still working
 without it (the sim and dev commands drop out)."""
 
 from __future__ import annotations
@@ -82,12 +82,12 @@ def test_the_wheel_leaves_out_the_simulators(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("capi_gpu-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert [n for n in names if n.startswith("capi_gpu/sim/")] == []
+    assert [n for n in names if n.startswith("capi_gpu_sim/")] == []
     assert "capi_gpu/kube.py" in names and "capi_gpu/cli/run.py" in names
 
 
 def test_the_cli_works_without_the_simulators(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "capi_gpu.sim", None)  # as installed from the wheel
+    monkeypatch.setitem(sys.modules, "capi_gpu_sim", None)  # as installed from the wheel
     commands = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     assert {"run", "hosts", "crds"} <= commands
     assert not commands & cli.NEEDS_SIM

@@ -11,8 +11,8 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.cli import build_parser
-from capi_gpu.controllers import admission
-from capi_gpu.controllers.settings import Settings
+from capi_gpu.controllers import webhook
+from capi_gpu.runtime.settings import Settings
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -32,12 +32,12 @@ def test_configuration_points_at_the_service_and_the_handler_ids(components: lis
         assert rule["apiGroups"] == [domain.GROUP]
         assert rule["operations"] == ["CREATE", "UPDATE"]
         (plural,) = rule["resources"]  # the main resource only: status writes never reach it
-        assert admission.WEBHOOKS[ref["path"].lstrip("/")][0] == plural
+        assert webhook.WEBHOOKS[ref["path"].lstrip("/")][0] == plural
         assert hook["failurePolicy"] == "Fail"
         assert hook["sideEffects"] == "None"
         (cond,) = hook["matchConditions"]
         assert cond["expression"] == "request.operation == 'CREATE' || object.spec != oldObject.spec"
-    assert paths == {f"/{hid}" for hid in admission.WEBHOOKS}
+    assert paths == {f"/{hid}" for hid in webhook.WEBHOOKS}
 
 
 def test_cert_manager_injects_the_ca_of_the_mounted_certificate(components: list[dict[str, Any]]) -> None:

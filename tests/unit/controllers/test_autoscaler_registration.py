@@ -8,8 +8,8 @@ import kopf
 import pytest
 
 from capi_gpu.controllers import handlers
-from capi_gpu.controllers.deps import Deps
-from capi_gpu.controllers.settings import Settings
+from capi_gpu.runtime.deps import Deps
+from capi_gpu.runtime.settings import Settings
 
 
 def registered(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:

@@ -14,11 +14,11 @@ from fake_kube import NS, FakeKube
 
 from capi_gpu import domain
 from capi_gpu.controllers import cluster_delete, handlers
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.hetzner import cloud
 from capi_gpu.kube import Obj
-from capi_gpu.sim.hcloud import FakeHCloud
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
+from capi_gpu_sim.hcloud import FakeHCloud
 
 
 @pytest.fixture

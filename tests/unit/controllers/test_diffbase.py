@@ -6,7 +6,7 @@ from __future__ import annotations
 import kopf
 
 from capi_gpu.controllers import handlers
-from capi_gpu.controllers.diffbase import MemoryDiffBaseStorage
+from capi_gpu.runtime.diffbase import MemoryDiffBaseStorage
 
 
 def _body(uid: str, spec: dict[str, object]) -> kopf.Body:

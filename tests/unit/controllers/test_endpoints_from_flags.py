@@ -13,8 +13,8 @@ import yaml
 
 from capi_gpu import cli
 from capi_gpu.api import crdgen
-from capi_gpu.controllers.deps import RobotClients
-from capi_gpu.controllers.settings import Settings
+from capi_gpu.runtime.deps import RobotClients
+from capi_gpu.runtime.settings import Settings
 
 ENDPOINTISH = ("url", "endpoint")
 

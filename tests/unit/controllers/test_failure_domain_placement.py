@@ -12,10 +12,10 @@ from fake_kube import NS, FakeKube
 from capi_gpu import domain
 from capi_gpu.api.base import LabelSelector
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus, HostState
-from capi_gpu.controllers import hostpick, machine_loop
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
+from capi_gpu.controllers import host_pick, machine_loop
 from capi_gpu.kube import Obj
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
 
 
 def _host(number: int, datacenter: str | None, state: HostState = HostState.AVAILABLE) -> HetznerGPUHost:
@@ -37,18 +37,18 @@ def _host(number: int, datacenter: str | None, state: HostState = HostState.AVAI
     ],
 )
 def test_a_datacenter_is_in_a_failure_domain(datacenter: str | None, failure_domain: str, inside: bool) -> None:
-    assert hostpick.in_failure_domain(datacenter, failure_domain) is inside
+    assert host_pick.in_failure_domain(datacenter, failure_domain) is inside
 
 
 def test_choose_takes_only_hosts_in_the_failure_domain_and_says_why_it_found_none() -> None:
     hosts = [_host(1, "NBG1-DC3"), _host(2, "FSN1-DC14"), _host(3, "FSN1-DC15")]
-    pick = hostpick.choose(hosts, LabelSelector(), None, "k", "fsn1-dc15")
+    pick = host_pick.choose(hosts, LabelSelector(), None, "k", "fsn1-dc15")
     assert pick.host is not None and pick.host.spec.server_number == 3
-    assert hostpick.choose(hosts, LabelSelector(), None, "k", None).host.spec.server_number == 1  # type: ignore[union-attr]
-    none = hostpick.choose(hosts, LabelSelector(), None, "k", "hel1")
+    assert host_pick.choose(hosts, LabelSelector(), None, "k", None).host.spec.server_number == 1  # type: ignore[union-attr]
+    none = host_pick.choose(hosts, LabelSelector(), None, "k", "hel1")
     assert none.host is None and none.failure_domain_only
-    assert none.describe() == f"3 {hostpick.OTHER_FAILURE_DOMAIN}"
-    busy = hostpick.choose([_host(1, "HEL1-DC2", HostState.PROVISIONED)], LabelSelector(), None, "k", "hel1")
+    assert none.describe() == f"3 {host_pick.OTHER_FAILURE_DOMAIN}"
+    busy = host_pick.choose([_host(1, "HEL1-DC2", HostState.PROVISIONED)], LabelSelector(), None, "k", "hel1")
     assert busy.host is None and not busy.failure_domain_only  # nothing free at all: the usual reason
 
 

@@ -10,10 +10,10 @@ import kopf
 from capi_gpu import domain
 from capi_gpu.api.host import ErrorType, HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus, HostState, Step
 from capi_gpu.controllers import handlers, host_loop
-from capi_gpu.controllers.deps import Deps
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.provisioning import transitions
 from capi_gpu.provisioning.model import Decision, Observations, Timing
+from capi_gpu.runtime.deps import Deps
+from capi_gpu.runtime.settings import Settings
 
 T0 = datetime(2026, 10, 8, 9, 0, tzinfo=UTC)
 TIMING = Timing()

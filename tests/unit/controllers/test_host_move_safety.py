@@ -15,10 +15,10 @@ from fake_kube import NS, FakeKube
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHostStatus, HostKeys, HostState, Operation, Step
 from capi_gpu.controllers import host_loop
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import Obj
-from capi_gpu.provisioning import hostkeys, hostmove, ssh
+from capi_gpu.provisioning import hostkeys, move, ssh
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
 
 HOST, MACHINE = "gex-1", "workers-abc12"
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -59,7 +59,7 @@ def _status(state: HostState, step: Step | None = None, ops: tuple[str, ...] = (
 def _host(status: HetznerGPUHostStatus | None, snapshot: HetznerGPUHostStatus | None, **annotations: str) -> Obj:
     ann = dict(annotations)
     if snapshot is not None:
-        ann[domain.ANNOTATION_STATUS] = hostmove.snapshot(snapshot)
+        ann[domain.ANNOTATION_STATUS] = move.snapshot(snapshot)
     obj: Obj = {
         "apiVersion": domain.API_VERSION,
         "kind": "HetznerGPUHost",
@@ -147,7 +147,7 @@ async def test_a_moved_provisioned_host_whose_machine_is_not_there_yet_is_restor
     await host_loop.reconcile(deps, NS, HOST)
     status = _stored(kube)["status"]
     assert (status["state"], status.get("operations", [])) == ("Provisioned", [])
-    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.CONSUMER_MISSING}"
+    assert _ready(kube)["Ready"] == f"False/{move.Reason.CONSUMER_MISSING}"
     assert NoSSH.opened == 0
     assert not [w for w in kube.writes if w[0] == "create"]  # no new OS host key
     await host_loop.reconcile(deps, NS, HOST)  # and again: still nothing
@@ -173,7 +173,7 @@ async def test_a_host_whose_consumer_does_not_exist_never_inspects_rescues_or_re
         status.step.value if status.step else None,
         [],
     )
-    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.CONSUMER_MISSING}"
+    assert _ready(kube)["Ready"] == f"False/{move.Reason.CONSUMER_MISSING}"
     assert NoSSH.opened == 0
 
 
@@ -198,7 +198,7 @@ async def test_a_pinned_key_whose_secret_has_not_arrived_is_waited_for_never_rep
     )
     await host_loop.reconcile(_deps(kube), NS, HOST)
     assert not [w for w in kube.writes if w[0] == "create"]
-    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.OS_HOST_KEY_MISSING}"
+    assert _ready(kube)["Ready"] == f"False/{move.Reason.OS_HOST_KEY_MISSING}"
     assert _stored(kube)["status"]["hostKeys"]["os"] == OS_KEY.public
 
 
@@ -207,7 +207,7 @@ async def test_an_unreadable_snapshot_writes_a_condition_and_touches_nothing() -
     kube = FakeKube(("hetznergpuhosts", host), *SECRETS, OS_SECRET, _machine(), _cluster(False))
     await host_loop.reconcile(_deps(kube), NS, HOST)
     assert "state" not in _stored(kube)["status"]  # still "arrived without status": never a fresh Registering
-    assert _ready(kube)["Ready"] == f"False/{hostmove.Reason.STATUS_SNAPSHOT_INVALID}"
+    assert _ready(kube)["Ready"] == f"False/{move.Reason.STATUS_SNAPSHOT_INVALID}"
     assert NoSSH.opened == 0
 
 
@@ -249,7 +249,7 @@ async def test_a_paused_host_with_a_destructive_step_open_finishes_it_under_bloc
     assert _ready(kube)["Paused"] == "False/NotPaused"
     annotations = _stored(kube)["metadata"]["annotations"]
     assert domain.BLOCK_MOVE_ANNOTATION in annotations
-    assert hostmove.restore(annotations[domain.ANNOTATION_STATUS]).operations[-1].name == "reset-ssh"
+    assert move.restore(annotations[domain.ANNOTATION_STATUS]).operations[-1].name == "reset-ssh"
 
 
 async def test_an_unpaused_host_says_not_paused_and_carries_its_snapshot() -> None:
@@ -263,7 +263,7 @@ async def test_an_unpaused_host_says_not_paused_and_carries_its_snapshot() -> No
     snap = next(i for i, w in enumerate(writes) if domain.ANNOTATION_STATUS in str(w[4]))
     first_status = next(i for i, w in enumerate(writes) if w[3] == "status")
     assert snap < first_status  # the snapshot is written before the status it mirrors
-    restored = hostmove.restore(_stored(kube)["metadata"]["annotations"][domain.ANNOTATION_STATUS])
+    restored = move.restore(_stored(kube)["metadata"]["annotations"][domain.ANNOTATION_STATUS])
     assert restored.state is HostState.PROVISIONED and restored.host_keys.os == OS_KEY.public
 
 

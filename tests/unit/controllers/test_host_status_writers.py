@@ -15,10 +15,10 @@ import pytest
 
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostStatus, HostState, Operation, Step
 from capi_gpu.controllers import host_loop
-from capi_gpu.controllers.deps import Wakeups
 from capi_gpu.kube import Conflict, Obj, Res
 from capi_gpu.provisioning import transitions
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult, Decision, Observations, Timing
+from capi_gpu.runtime.deps import Wakeups
 
 T0 = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
 

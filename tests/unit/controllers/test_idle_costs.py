@@ -15,10 +15,11 @@ import kopf
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec
-from capi_gpu.controllers import handlers, host_context, loops, machine_loop
-from capi_gpu.controllers.deps import Deps, RobotClients, SecretCache
-from capi_gpu.controllers.settings import Settings
+from capi_gpu.controllers import handlers, host_context, machine_loop
 from capi_gpu.kube import Obj, Res
+from capi_gpu.runtime import loops
+from capi_gpu.runtime.deps import Deps, RobotClients, SecretCache
+from capi_gpu.runtime.settings import Settings
 
 
 class CountingKube:

@@ -14,8 +14,8 @@ from capi_gpu.controllers import host_actions
 from capi_gpu.controllers.host_context import HostEnv
 from capi_gpu.provisioning.hostkeys import HostKeyPair
 from capi_gpu.provisioning.model import Outcome
-from capi_gpu.sim.host_shims import installimage as sim_installimage
-from capi_gpu.sim.hosts import hardware
+from capi_gpu_sim.host_shims import installimage as sim_installimage
+from capi_gpu_sim.hosts import hardware
 
 IMAGE = "Ubuntu-2404-noble-amd64-base.tar.zst"
 

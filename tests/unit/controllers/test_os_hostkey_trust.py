@@ -15,10 +15,10 @@ from fake_kube import NS, FakeKube
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.controllers import host_loop
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import Obj
 from capi_gpu.provisioning import hostkeys, ssh
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
 
 HOST, UID = "gex-7", "host-uid-7"
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -15,10 +15,11 @@ import pytest
 from fake_kube import NS, FakeKube
 
 from capi_gpu import domain
-from capi_gpu.controllers import remediation_loop, template_loop, workload
-from capi_gpu.controllers.deps import Deps, RobotClients
-from capi_gpu.controllers.settings import Settings
+from capi_gpu.controllers import remediation_loop, template_loop
 from capi_gpu.kube import AsyncKube, Obj
+from capi_gpu.runtime import workload
+from capi_gpu.runtime.deps import Deps, RobotClients
+from capi_gpu.runtime.settings import Settings
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

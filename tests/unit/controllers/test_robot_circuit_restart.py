@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from capi_gpu.controllers.deps import RobotClients, secret_version
-from capi_gpu.controllers.settings import Settings
 from capi_gpu.kube import Obj, Res
+from capi_gpu.runtime.deps import RobotClients, secret_version
+from capi_gpu.runtime.settings import Settings
 
 
 def _b64(text: str) -> str:

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from capi_gpu.api.host import ErrorType, HetznerGPUHost, HetznerGPUHostStatus, HostState, Operation
-from capi_gpu.controllers import events, host_loop
-from capi_gpu.controllers.deps import Wakeups
+from capi_gpu.controllers import host_loop
 from capi_gpu.kube import Obj, Res
 from capi_gpu.provisioning.model import Decision
+from capi_gpu.runtime import events
+from capi_gpu.runtime.deps import Wakeups
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
 PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkAAAA\n-----END OPENSSH PRIVATE KEY-----\n"

@@ -3,7 +3,7 @@ wakes all hosts; a tripped 401 circuit wakes the HetznerGPUClusters), never anot
 
 from __future__ import annotations
 
-from capi_gpu.controllers.deps import Wakeups
+from capi_gpu.runtime.deps import Wakeups
 
 
 async def test_wake_all_sets_every_loop_of_the_kind_in_the_namespace_only() -> None:

@@ -18,8 +18,9 @@ import yaml
 from capi_gpu.api import conditions as c
 from capi_gpu.api.base import utcnow
 from capi_gpu.api.cluster import HetznerGPUCluster
-from capi_gpu.controllers import remediation_loop, workload
+from capi_gpu.controllers import remediation_loop
 from capi_gpu.kube import AsyncKube, Obj, Res
+from capi_gpu.runtime import workload
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 

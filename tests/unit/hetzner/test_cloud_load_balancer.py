@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from capi_gpu.hetzner import cloud
-from capi_gpu.sim.hcloud import FakeHCloud
+from capi_gpu_sim.hcloud import FakeHCloud
 
 SPEC = cloud.LoadBalancerSpec(name="wl-1-kube-apiserver", location="fsn1", labels={"cluster": "wl-1"})
 

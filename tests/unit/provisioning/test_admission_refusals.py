@@ -10,8 +10,8 @@ import pytest
 
 from capi_gpu.api.conditions import Reason
 from capi_gpu.api.specs import GPUSpec
-from capi_gpu.gpu import catalog
-from capi_gpu.provisioning import admission, gpuplan
+from capi_gpu.gpu import catalog, gpuplan
+from capi_gpu.provisioning import admission
 
 CAT = catalog.builtin_catalog()
 API = "infrastructure.cluster.x-k8s.io/v1alpha1"

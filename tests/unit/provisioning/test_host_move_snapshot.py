@@ -18,7 +18,7 @@ from capi_gpu.api.host import (
     Operation,
     Step,
 )
-from capi_gpu.provisioning import hostmove
+from capi_gpu.provisioning import move
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -45,17 +45,17 @@ def test_a_snapshot_restores_everything_but_the_derived_conditions() -> None:
     status.conditions = [
         Condition(type="Ready", status=ConditionStatus.FALSE, reason="Provisioning", last_transition_time=T0)
     ]
-    text = hostmove.snapshot(status)
+    text = move.snapshot(status)
     assert "conditions" not in text
-    restored = hostmove.restore(text)
+    restored = move.restore(text)
     assert restored.model_dump() == status.model_copy(update={"conditions": []}).model_dump()
-    assert hostmove.snapshot(restored) == text  # stable: an unchanged status never rewrites the annotation
+    assert move.snapshot(restored) == text  # stable: an unchanged status never rewrites the annotation
 
 
 @pytest.mark.parametrize("text", ["not json", "[]", '{"state": "Dancing"}', '{"operations": [{"name": "X"}]}'])
 def test_an_unreadable_snapshot_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
-        hostmove.restore(text)
+        move.restore(text)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_an_unreadable_snapshot_is_refused(text: str) -> None:
     [(None, True), ({}, True), ({"conditions": []}, True), ({"state": "Provisioned"}, False)],
 )
 def test_status_lost_means_no_state_at_all(raw: object, lost: bool) -> None:
-    assert hostmove.status_lost(raw) is lost
+    assert move.status_lost(raw) is lost
 
 
 @pytest.mark.parametrize(
@@ -90,4 +90,4 @@ def test_status_lost_means_no_state_at_all(raw: object, lost: bool) -> None:
 def test_block_move_while_a_destructive_step_is_recorded_and_unconfirmed(
     state: HostState, step: Step | None, ops: tuple[tuple[str, str | None, int], ...], blocks: bool
 ) -> None:
-    assert hostmove.in_flight(_status(state, step, ops)) is blocks
+    assert move.in_flight(_status(state, step, ops)) is blocks

@@ -8,7 +8,7 @@ import paramiko
 import pytest
 
 from capi_gpu.provisioning import ssh, sshtransport
-from capi_gpu.sim.hosts import keys
+from capi_gpu_sim.hosts import keys
 
 
 def _pkey(pair: keys.KeyPair) -> paramiko.PKey:

@@ -13,7 +13,7 @@ import yaml
 
 from capi_gpu import domain
 from capi_gpu.readiness import kubeletplugin
-from capi_gpu.sim import binaries
+from capi_gpu_sim import binaries
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "config"

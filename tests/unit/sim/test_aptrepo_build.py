@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from capi_gpu.provisioning import ansible, playbook_vars
-from capi_gpu.sim import apt_standins, aptrepo, host_shims
+from capi_gpu_sim import apt_standins, aptrepo, host_shims
 
 ROLES = ansible.default_playbook_dir() / "roles"
 

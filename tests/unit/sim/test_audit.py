@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from capi_gpu import domain
-from capi_gpu.sim import audit
+from capi_gpu_sim import audit
 
 
 def _event(stage: str, code: int, sub: str = "", name: str = "gex131-1") -> str:

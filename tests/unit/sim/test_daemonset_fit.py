@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from capi_gpu.sim import daemonset_fit
+from capi_gpu_sim import daemonset_fit
 
 
 def node(labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from capi_gpu.gpu import catalog, layout
-from capi_gpu.sim import dra_publisher
+from capi_gpu_sim import dra_publisher
 
-SHIM = str(resources.files("capi_gpu.sim.gpu_shim").joinpath("nvidia_smi.py"))
+SHIM = str(resources.files("capi_gpu_sim.gpu_shim").joinpath("nvidia_smi.py"))
 
 
 def smi(root: Path, *args: str) -> str:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from capi_gpu.gpu import catalog, layout, migparted, nvidia_smi, nvidia_smi_xml
-from capi_gpu.sim import gpu_shim
+from capi_gpu_sim import gpu_shim
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 SMI = Path(str(gpu_shim.script("nvidia_smi")))
@@ -303,7 +303,7 @@ def test_instances_nvml_placed_elsewhere_name_the_devices_the_gate_then_expects(
     from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus
     from capi_gpu.provisioning import mig_readout
     from capi_gpu.readiness import targets
-    from capi_gpu.sim import dra_publisher
+    from capi_gpu_sim import dra_publisher
 
     host.configure(placement="last-free", minor_number=1)
     cfg = host.write_config("all-balanced")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from capi_gpu.sim import host_shims
-from capi_gpu.sim.hosts import hardware, procfs
+from capi_gpu_sim import host_shims
+from capi_gpu_sim.hosts import hardware, procfs
 
 HWINFO = Path(host_shims.__file__).with_name("hwinfo.py")
 GEX131 = hardware.gex131(2_000_001)

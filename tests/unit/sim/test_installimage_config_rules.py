@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from capi_gpu.sim.host_shims import installimage
-from capi_gpu.sim.hosts import hardware
+from capi_gpu_sim.host_shims import installimage
+from capi_gpu_sim.hosts import hardware
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from capi_gpu.sim.host_shims import kubeadm
+from capi_gpu_sim.host_shims import kubeadm
 
 V1BETA4 = """apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from capi_gpu.sim.robot import BootKind, BootTarget, RobotSim
+from capi_gpu_sim.robot import BootKind, BootTarget, RobotSim
 
 
 class Fleet:

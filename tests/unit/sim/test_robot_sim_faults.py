@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from capi_gpu.sim.robot import BootKind, BootTarget, RobotSim
+from capi_gpu_sim.robot import BootKind, BootTarget, RobotSim
 
 SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "hrobot"
 

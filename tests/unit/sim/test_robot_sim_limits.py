@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from capi_gpu.sim.robot import RobotSim
+from capi_gpu_sim.robot import RobotSim
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from capi_gpu.sim.robot import NewServer, RobotSim
+from capi_gpu_sim.robot import NewServer, RobotSim
 
 ORDER = {"product_id": "GEX131", "location": "FSN1", "password": "not-a-real-one"}
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from capi_gpu.provisioning import hostfacts, ssh
-from capi_gpu.sim import host_shims
-from capi_gpu.sim.hosts import hardware
+from capi_gpu_sim import host_shims
+from capi_gpu_sim.hosts import hardware
 
 SHIMS = Path(host_shims.__file__).parent
 HW = hardware.gex131(2_000_001)
