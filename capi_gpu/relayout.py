@@ -152,7 +152,7 @@ class Relayout:
         )
         variables = playbook_vars.PlaybookVars(
             kubernetes_version=machine.spec.kubernetes_version or "v1.36.3",
-            mig=playbook_vars.MigLayoutVars.render(plan.model, plan.spec),
+            mig=playbook_vars.MigLayoutVars.of(plan),
             driver_branch=gpu.driver_branch,
             **self.overrides,
         )

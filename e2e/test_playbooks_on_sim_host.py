@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from capi_gpu import domain
-from capi_gpu.gpu import catalog
+from capi_gpu.gpu import catalog, migparted
 from capi_gpu.provisioning import ansible, ansible_events, playbook_vars
 from capi_gpu_sim import aptrepo, fleet
 from capi_gpu_sim.hosts import host as simhost
@@ -145,7 +145,7 @@ def site_vars(
     model = catalog.builtin_catalog().model("rtx-pro-6000")
     return playbook_vars.PlaybookVars(
         kubernetes_version=KUBERNETES_VERSION,
-        mig=mig or playbook_vars.MigLayoutVars.render(model, LAYOUT),
+        mig=mig or playbook_vars.MigLayoutVars.render(model, migparted.resolve(model, LAYOUT)),
         driver_route=route,  # type: ignore[arg-type]  # one of the Literal's values, or None
         **aptrepo.playbook_repositories(repo),  # type: ignore[arg-type]
     )
@@ -258,7 +258,7 @@ async def test_a_failed_task_names_its_role_and_task_a_foreign_key_is_refused_an
     assert node.sh("dpkg-query", "-W", "nvidia-driver-580-open", ok=False) == "", "installed before the check"
 
     model = catalog.builtin_catalog().model("rtx-pro-6000")
-    rendered = playbook_vars.MigLayoutVars.render(model, LAYOUT)
+    rendered = playbook_vars.MigLayoutVars.render(model, migparted.resolve(model, LAYOUT))
     wrong = rendered.model_copy(update={"expected_profiles": {"1g.24gb": 4}})
     result = await node.runner.prepare_node(node.target, site_vars(world.repo, wrong))
     assert result.status is ansible_events.RunStatus.FAILED

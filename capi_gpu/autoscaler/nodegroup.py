@@ -24,7 +24,6 @@ from capi_gpu.autoscaler import decide
 from capi_gpu.gpu import catalog, gpuplan, packing
 
 TEMPLATE_KIND = "HetznerGPUMachineTemplate"
-DEFAULT_GPU_MODEL = "rtx-pro-6000"  # what a template without spec.gpu.model gets (as the template controller)
 
 
 class ScaleOwner(StrEnum):
@@ -134,7 +133,7 @@ def node_shape(template: Mapping[str, Any], cat: catalog.Catalog | None = None) 
     if gpu.mig_mode is MigMode.DYNAMIC:
         raise NotAGroup("Dynamic MIG: the DRA driver makes instances per claim; no fixed layout to plan with")
     try:
-        plan = gpuplan.plan(gpu, DEFAULT_GPU_MODEL, cat)
+        plan = gpuplan.plan(gpu, gpuplan.DEFAULT_MODEL, cat)
     except gpuplan.PlanError as exc:
         raise NotAGroup(str(exc)) from exc
     capacity = dict(tpl.status.capacity or {})

@@ -20,7 +20,7 @@ from typing import Any
 from capi_gpu import domain, kube, pricing, usage
 from capi_gpu.cli import EXIT_OK, EXIT_USAGE, cost_plot, kubeargs
 from capi_gpu.cli.kubeargs import CliFailure
-from capi_gpu.gpu import catalog
+from capi_gpu.gpu import catalog, gpuplan
 
 DEFAULT_UTILIZATIONS = (0.16, 0.5, 1.0)
 
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--window", default="24h", help="measurement window, e.g. 24h, 7d (with --measured)")
     p.add_argument("--node", action="append", default=[], help="measure only these GPU nodes (repeatable)")
-    p.add_argument("--gpu", default="rtx-pro-6000", help="catalog model whose MIG slices are counted")
+    p.add_argument("--gpu", default=gpuplan.DEFAULT_MODEL, help="catalog model whose MIG slices are counted")
     p.add_argument(
         "--cloud",
         action="append",

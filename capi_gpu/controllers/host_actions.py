@@ -271,7 +271,7 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
     assert gpu is not None
     variables = playbook_vars.PlaybookVars(
         kubernetes_version=consumer.kubernetes_version,
-        mig=playbook_vars.MigLayoutVars.render(plan.model, plan.spec),
+        mig=playbook_vars.MigLayoutVars.of(plan),
         driver_branch=gpu.driver_branch,
         **deps.settings.playbook_overrides,
     )

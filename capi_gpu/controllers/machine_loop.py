@@ -28,7 +28,6 @@ from capi_gpu.runtime import events, loops
 from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
-DEFAULT_GPU = "rtx-pro-6000"
 # HostAssociated=False reason: free hosts exist, none in Machine.spec.failureDomain (it waits for one).
 NO_HOST_IN_FAILURE_DOMAIN = "NoHostInFailureDomain"
 
@@ -120,7 +119,7 @@ def _layout_ok(s: Scope) -> bool:
         s.cond(c.Type.LAYOUT_VALID, True, c.Reason.READY, "no GPU stack requested")
         return True
     try:
-        plan = gpuplan.plan(gpu, DEFAULT_GPU)
+        plan = gpuplan.plan(gpu, gpuplan.DEFAULT_MODEL)
     except gpuplan.PlanError as exc:
         s.wait(c.Type.LAYOUT_VALID, exc.reason.value, str(exc), 300.0)
         s.notes.append((exc.reason.value, f"{exc}; no host is claimed", True))
@@ -146,7 +145,7 @@ async def _claim(deps: Deps, s: Scope) -> bool:
     hosts = [HetznerGPUHost.model_validate(h) for h in await deps.kube.list(HOSTS, s.namespace)]
     spec = s.machine.spec
     version = spec.kubernetes_version or (s.capi_machine or {}).get("spec", {}).get("version") or "v1.36.3"
-    gpu_model = spec.gpu.model or DEFAULT_GPU if spec.gpu is not None else None
+    gpu_model = spec.gpu.model or gpuplan.DEFAULT_MODEL if spec.gpu is not None else None
     failure_domain = (s.capi_machine or {}).get("spec", {}).get("failureDomain") or None
     prepared = prepared_key(spec.install_image, spec.gpu, version)
     pick = host_pick.choose(hosts, spec.host_selector, gpu_model, prepared, failure_domain)

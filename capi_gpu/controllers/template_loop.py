@@ -18,17 +18,17 @@ from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostStandby, HostState
 from capi_gpu.api.machine import Architecture, HetznerGPUMachineTemplate, NodeInfo
 from capi_gpu.controllers.host_context import HOSTS
+from capi_gpu.gpu import gpuplan
 from capi_gpu.kube import Conflict, ours
 from capi_gpu.runtime import events, loops, metrics, pause
 from capi_gpu.runtime.deps import Deps
 
 TEMPLATES = ours("hetznergpumachinetemplates")
-DEFAULT_GPU = "rtx-pro-6000"
 
 
 def _matching(tpl: HetznerGPUMachineTemplate, hosts: list[HetznerGPUHost]) -> list[HetznerGPUHost]:
     spec = tpl.spec.template.spec
-    want = (spec.gpu.model or DEFAULT_GPU) if spec.gpu is not None else None
+    want = (spec.gpu.model or gpuplan.DEFAULT_MODEL) if spec.gpu is not None else None
     out = []
     for h in hosts:
         raw: Any = h.metadata.get("labels") or {}

@@ -1,18 +1,25 @@
 """From a GPUSpec and a host's GPU to the concrete layout: one resolution shared by the machine
 controller (before any claim), the Configure step (what Ansible applies) and the readiness gate (what
 the DRA slices must show). Pure.
+
+The plan carries the resolved, validated ``Layout`` (and the preset name that chose it, which names the
+mig-parted config), so the playbook vars render what the plan resolved and never resolve the spec again.
+``DEFAULT_MODEL`` is the one place that says which GPU a spec without ``gpu.model`` means.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from capi_gpu.api.conditions import Reason
 from capi_gpu.api.specs import GPUSpec, MigMode
-from capi_gpu.gpu import catalog, migparted
+from capi_gpu.gpu import catalog, catalog_data, migparted
 from capi_gpu.gpu import layout as miglayout
 
-DEFAULT_MODEL = "rtx-pro-6000"  # the GEX131's GPU: what a spec without gpu.model gets before inspection
+DEFAULT_MODEL: Final = catalog_data.RTX_PRO_6000.key
+"""The GEX131's GPU: what a spec without gpu.model means before inspection, for every reader (controllers,
+autoscaler, readiness gate, CLI), so a template and the machines made from it never disagree."""
 
 
 class PlanError(ValueError):
@@ -26,7 +33,8 @@ class GPUPlan:
     model: catalog.GpuModel
     layout: miglayout.Layout | None  # None: whole GPU (MIG off) or Dynamic MIG
     key: str
-    spec: str | dict[str, int] | None  # what MigLayoutVars.render takes
+    preset: str | None = None
+    """The preset the spec named, if any: it names the mig-parted config, as mig-parted's own presets do."""
 
     @property
     def expected_profiles(self) -> dict[str, int]:
@@ -78,12 +86,13 @@ def plan(gpu: GPUSpec, model_name: str | None, cat: catalog.Catalog | None = Non
                 "remove spec.gpu.layout or use migMode Static",
             )
         _check_driver(gpu, model)
-        return GPUPlan(model, None, "dynamic", None)
+        return GPUPlan(model, None, "dynamic")
     if spec is None:
-        return GPUPlan(model, None, "none", None)
+        return GPUPlan(model, None, "none")
     _check_driver(gpu, model)
     try:
         chosen = migparted.resolve(model, spec)
     except miglayout.LayoutError as exc:
         raise PlanError(Reason.IMPOSSIBLE_LAYOUT, str(exc)) from exc
-    return GPUPlan(model, chosen, miglayout.layout_key(chosen), spec)
+    preset = spec.strip() if isinstance(spec, str) and spec.strip() in migparted.presets(model) else None
+    return GPUPlan(model, chosen, miglayout.layout_key(chosen), preset)

@@ -6,23 +6,23 @@ controller sets has one field, validated before anything reaches a host, and ``e
 only place that spells the role variable names. The roles' ``defaults/main.yml`` stay the single
 home of the defaults: a field left ``None`` is not sent, so the role default applies.
 
-The MIG layout arrives already rendered: ``MigLayoutVars.render`` validates it with
-``capi_gpu.gpu.layout`` and renders the mig-parted config with ``capi_gpu.gpu.migparted``; the model
-itself only checks that the text names the config it claims to. So a bad layout never reaches the
-playbook, and Jinja never re-derives one.
+The MIG layout arrives already rendered: ``MigLayoutVars.of`` takes the layout the GPU plan
+(``capi_gpu.gpu.gpuplan``) resolved and validated, and renders its mig-parted config with
+``capi_gpu.gpu.migparted``; the model itself only checks that the text names the config it claims to.
+The spec is resolved once, by the plan, whose refusal carries the condition reason; so a bad layout
+never reaches the playbook, and neither this module nor Jinja re-derives one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from capi_gpu import domain
-from capi_gpu.gpu import catalog, layout, migparted
+from capi_gpu.gpu import catalog, gpuplan, layout, migparted
 
 MIN_DRIVER_BRANCH: Final = 575
 """RTX PRO 6000 Blackwell MIG needs R575 (>= 575.51.03); the nvidia_driver role refuses lower too."""
@@ -98,20 +98,23 @@ class MigLayoutVars(BaseModel):
         return bool(self.expected_profiles)
 
     @classmethod
-    def render(cls, model: catalog.GpuModel, spec: str | Mapping[str, int] | None) -> MigLayoutVars:
-        """Validate ``spec`` (a preset name or profile counts; ``None``: MIG off) and render its config.
+    def of(cls, plan: gpuplan.GPUPlan) -> MigLayoutVars:
+        """The plan's layout as the role takes it; a whole GPU (or Dynamic MIG) renders MIG off."""
+        return cls.render(plan.model, plan.layout, plan.preset)
 
-        Raises ``capi_gpu.gpu.layout.LayoutError`` for a layout the GPU cannot hold, so a bad layout
-        never reaches the playbook.
+    @classmethod
+    def render(cls, model: catalog.GpuModel, chosen: layout.Layout | None, name: str | None = None) -> MigLayoutVars:
+        """Render ``chosen`` (``None``: MIG off) under ``name`` (default: the layout key).
+
+        ``chosen`` is a resolved layout, normally a ``GPUPlan``'s; ``migparted.render`` still refuses one the
+        GPU cannot hold (``capi_gpu.gpu.layout.LayoutError``), so no path renders a bad layout.
         """
-        if spec is None:
+        if chosen is None:
             return cls(
                 config_yaml=migparted.render(model, {"mig-disabled": None}),
                 config_name="mig-disabled",
                 expected_profiles={},
             )
-        chosen = migparted.resolve(model, spec)
-        name = spec.strip() if isinstance(spec, str) and spec.strip() in migparted.presets(model) else None
         name = name or layout.layout_key(chosen)
         return cls(
             config_yaml=migparted.render(model, {name: chosen}),

@@ -40,7 +40,7 @@ def expected_pool(machine: HetznerGPUMachine, host: HetznerGPUHost | None) -> de
         (g.model for g in (host.status.hardware.gpus if host and host.status.hardware else []) if g.model), None
     )
     try:
-        plan = gpuplan.plan(gpu, model or "rtx-pro-6000")
+        plan = gpuplan.plan(gpu, model or gpuplan.DEFAULT_MODEL)
     except gpuplan.PlanError:
         return None
     if plan.layout is None:

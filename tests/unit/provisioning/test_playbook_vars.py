@@ -9,7 +9,9 @@ import yaml
 from pydantic import ValidationError
 
 from capi_gpu import domain
-from capi_gpu.gpu import catalog, layout
+from capi_gpu.api.conditions import Reason
+from capi_gpu.api.specs import GPUSpec, MigLayout, MigMode
+from capi_gpu.gpu import catalog, gpuplan, layout
 from capi_gpu.provisioning import ansible
 from capi_gpu.provisioning import playbook_vars as pv
 
@@ -119,19 +121,27 @@ def test_profile_names_are_checked_and_zero_counts_dropped() -> None:
     assert mig.expected_profiles == {"1g.24gb": 2} and mig.mig_enabled
 
 
-def test_render_validates_the_layout_and_renders_the_config_the_role_copies() -> None:
-    model = catalog.builtin_catalog().model("rtx-pro-6000")
-    mig = pv.MigLayoutVars.render(model, {"1g.24gb": 2, "2g.48gb": 1})
+def plan(layout_spec: MigLayout | None = None, mig_mode: MigMode = MigMode.STATIC) -> gpuplan.GPUPlan:
+    return gpuplan.plan(GPUSpec(layout=layout_spec, mig_mode=mig_mode), "rtx-pro-6000")
+
+
+def test_the_plans_layout_renders_the_config_the_role_copies() -> None:
+    mig = pv.MigLayoutVars.of(plan(MigLayout(profiles={"1g.24gb": 2, "2g.48gb": 1})))
     assert mig.config_name == "2x1g.24gb_1x2g.48gb"
     assert mig.expected_profiles == {"1g.24gb": 2, "2g.48gb": 1}
     entry = yaml.safe_load(mig.config_yaml)["mig-configs"][mig.config_name][0]
     assert entry == {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb": 2, "2g.48gb": 1}}
-    assert pv.MigLayoutVars.render(model, "all-balanced").config_name == "all-balanced"
-    off = pv.MigLayoutVars.render(model, None)
-    assert not off.mig_enabled and "mig-enabled: false" in off.config_yaml
+    assert pv.MigLayoutVars.of(plan(MigLayout(preset="all-balanced"))).config_name == "all-balanced"
+    for whole in (plan(), plan(mig_mode=MigMode.DYNAMIC)):
+        off = pv.MigLayoutVars.of(whole)
+        assert not off.mig_enabled and "mig-enabled: false" in off.config_yaml
 
 
 def test_a_layout_the_gpu_cannot_hold_never_becomes_playbook_vars() -> None:
+    # The plan refuses it, with the condition reason, before any vars exist; the renderer refuses it too.
+    with pytest.raises(gpuplan.PlanError, match="at most 2 fit") as err:
+        plan(MigLayout(profiles={"2g.48gb": 3}))
+    assert err.value.reason is Reason.IMPOSSIBLE_LAYOUT
     model = catalog.builtin_catalog().model("rtx-pro-6000")
     with pytest.raises(layout.LayoutError, match="at most 2 fit"):
-        pv.MigLayoutVars.render(model, {"2g.48gb": 3})
+        pv.MigLayoutVars.render(model, layout.Layout.of({"2g.48gb": 3}))
