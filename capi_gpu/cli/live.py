@@ -29,20 +29,12 @@ from rich.text import Text
 
 from capi_gpu import domain, kube
 from capi_gpu.api.host import HostState, Step
+from capi_gpu.provisioning import steps
 
 HOSTS = kube.ours("hetznergpuhosts")
-# The steps a cold host walks to a node, in order; a step a host skips (Wipe, MIGReboot) still counts
-# as passed once a later one starts, so the bar only moves forward.
-LADDER: tuple[Step, ...] = (
-    Step.RESCUE,
-    Step.CHECK_DISKS,
-    Step.WIPE,
-    Step.INSTALL,
-    Step.REBOOT_OS,
-    Step.CONFIGURE,
-    Step.MIG_REBOOT,
-    Step.BOOTSTRAP,
-)
+# The steps a cold host walks to a node, in order (the ``steps`` table's live rows); a step a host skips
+# (Wipe, MIGReboot) still counts as passed once a later one starts, so the bar only moves forward.
+LADDER: tuple[Step, ...] = steps.LIVE
 EVENT_KINDS = frozenset({"HetznerGPUHost", "HetznerGPUMachine", "HetznerGPURemediation"})
 EVENTS_SHOWN = 6
 
@@ -70,7 +62,7 @@ class HostLine:
         if self.state not in (HostState.PROVISIONING, HostState.STANDBY_PREPARING, HostState.STANDBY, HostState.ERROR):
             return 0
         if self.state == HostState.STANDBY:
-            return LADDER.index(Step.BOOTSTRAP)  # prepared up to, not including, the join
+            return LADDER.index(steps.JOIN)  # prepared up to, not including, the join
         try:
             return LADDER.index(Step(self.step))
         except ValueError:

@@ -22,7 +22,6 @@ from capi_gpu.api.host import (
     HetznerGPUHost,
     MigInstance,
     RescueHostKey,
-    Step,
 )
 from capi_gpu.api.specs import InstallImageSpec
 from capi_gpu.controllers.host_context import HostEnv, hostname, plan_for
@@ -30,7 +29,7 @@ from capi_gpu.controllers.host_probes import open_shell, os_pin, rescue_pin
 from capi_gpu.gpu import catalog, gpuplan
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.hetzner import models as robot_models
-from capi_gpu.provisioning import ansible, installimage, mig_readout, playbook_vars, ssh
+from capi_gpu.provisioning import ansible, installimage, mig_readout, playbook_vars, ssh, steps
 from capi_gpu.provisioning.ansible_events import RunStatus, TaskEvent
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult
 from capi_gpu.runtime.deps import Deps
@@ -143,7 +142,8 @@ async def execute(deps: Deps, host: HetznerGPUHost, env: HostEnv, action: Action
         case ActionKind.RESET_HW:
             return await robot_reset(host, env, robot_models.ResetType.HARDWARE)
         case ActionKind.SSH_REBOOT | ActionKind.MIG_REBOOT:
-            pin = rescue if host.status.step is Step.REBOOT_OS else os_
+            step = host.status.step
+            pin = rescue if step is not None and steps.TABLE[step].reboots_rescue else os_
             return await asyncio.to_thread(_ssh, deps, host, env, pin, _reboot, ErrorType.REBOOT_TIMEOUT)
         case ActionKind.INSPECT:
             return await asyncio.to_thread(_ssh, deps, host, env, rescue, _inspect, ErrorType.INSPECTION)

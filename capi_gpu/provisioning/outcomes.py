@@ -2,15 +2,16 @@
 
 ``states.decide`` records an operation before it is sent; ``apply_result`` records how it ended and
 moves to the next step. Split from ``states`` so each stays one screenful per concern, and so table
-tests can feed results without building observations.
+tests can feed results without building observations. Which way an action's result finishes its step is
+decided here; where that leads is the ``steps`` table's.
 """
 
 from __future__ import annotations
 
 from typing import assert_never
 
-from capi_gpu.api.host import HetznerGPUHostStatus, HostState, Step
-from capi_gpu.provisioning import transitions
+from capi_gpu.api.host import HetznerGPUHostStatus, HostState
+from capi_gpu.provisioning import steps, transitions
 from capi_gpu.provisioning.model import RECORDED, Action, ActionKind, ActionResult, Decision, Note, Outcome
 
 
@@ -55,14 +56,24 @@ def apply_result(ctx: transitions.Context, action: Action, result: ActionResult)
     return _advance(ctx, status, action, result)
 
 
+def _finish(
+    ctx: transitions.Context, status: HetznerGPUHostStatus, kind: ActionKind, way: steps.Exit, note: Note | None
+) -> Decision:
+    """Leave the step ``kind`` finishes by ``way``, to where the ``steps`` table says."""
+    to = steps.successor(steps.FINISHES[kind], way)
+    if isinstance(to, HostState):
+        status.state, status.step = to, None
+    else:
+        status.step = to
+    status.step_started_at = ctx.now if status.step else None
+    return Decision(status, requeue_after=0.2, notes=(note,) if note else ())
+
+
 def _advance(ctx: transitions.Context, status: HetznerGPUHostStatus, action: Action, result: ActionResult) -> Decision:
     kind = action.kind
 
-    def goto(step: Step | None, state: HostState | None = None, note: Note | None = None) -> Decision:
-        status.state = state or status.state
-        status.step = step
-        status.step_started_at = ctx.now if step else None
-        return Decision(status, requeue_after=0.2, notes=(note,) if note else ())
+    def finish(way: steps.Exit = steps.Exit.DONE, note: Note | None = None) -> Decision:
+        return _finish(ctx, status, kind, way, note)
 
     match kind:
         case ActionKind.ACTIVATE_RESCUE:
@@ -73,22 +84,22 @@ def _advance(ctx: transitions.Context, status: HetznerGPUHostStatus, action: Act
         case ActionKind.INSPECT:
             status.hardware = result.hardware
             status.error_count = 0
-            return goto(None, HostState.AVAILABLE, Note("Inspected", result.message or "hardware inspected"))
+            return finish(note=Note("Inspected", result.message or "hardware inspected"))
         case ActionKind.CHECK_DISKS:
-            return goto(Step.WIPE if ctx.wipe_requested else Step.INSTALL)
+            return finish(steps.Exit.WIPE_REQUESTED if ctx.wipe_requested else steps.Exit.DONE)
         case ActionKind.WIPE:
-            return goto(Step.INSTALL, note=Note("Wiped", result.message or "disks wiped"))
+            return finish(note=Note("Wiped", result.message or "disks wiped"))
         case ActionKind.START_INSTALL:
             return Decision(status, requeue_after=ctx.timing.poll, notes=(Note("Installing", "installimage started"),))
         case ActionKind.CONFIGURE:
             if result.reboot_needed:
-                return goto(Step.MIG_REBOOT, note=Note("RebootNeeded", "MIG mode change needs a reboot"))
+                return finish(steps.Exit.REBOOT_NEEDED, Note("RebootNeeded", "MIG mode change needs a reboot"))
             status.mig_devices = sorted(result.mig_devices)
             status.mig_instances = list(result.mig_instances)
             status.layout = result.layout
             status.prepared = result.prepared
             status.error_count = 0
-            return goto(Step.BOOTSTRAP, note=Note("Configured", result.message or "GPU stack configured"))
+            return finish(note=Note("Configured", result.message or "GPU stack configured"))
         case ActionKind.BOOTSTRAP:
             return Decision(status, requeue_after=ctx.timing.poll, notes=(Note("Bootstrapping", "cloud-init started"),))
         case ActionKind.KUBEADM_RESET:

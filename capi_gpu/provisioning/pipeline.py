@@ -1,5 +1,8 @@
 """The provisioning pipeline's steps: Rescue, Inspect, CheckDisks, Wipe, Install, RebootOS, Configure,
 MIGReboot, Bootstrap. One pure handler per step; reboots go through ``ladder``. Pure.
+
+A handler decides when its step is finished and which way (a ``steps.Exit``); where that leads is the
+``steps`` table's, so no successor is decided here.
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ from collections.abc import Callable
 from typing import assert_never
 
 from capi_gpu.api.host import ErrorType, HostState, Step
-from capi_gpu.provisioning import ladder
+from capi_gpu.provisioning import ladder, steps
 from capi_gpu.provisioning.model import (
     ActionKind,
     CloudInitState,
@@ -29,6 +32,7 @@ from capi_gpu.provisioning.transitions import (
     elapsed,
     fail,
     goto,
+    leave,
     op_in_step,
     settle,
     wait,
@@ -38,11 +42,11 @@ from capi_gpu.provisioning.transitions import (
 
 
 def pipeline(ctx: Context) -> Decision:
-    if ctx.status.state is HostState.PROVISIONING and not ctx.obs.claimed and ctx.status.step is not Step.BOOTSTRAP:
+    if ctx.status.state is HostState.PROVISIONING and not ctx.obs.claimed and ctx.status.step is not steps.JOIN:
         return goto(
             ctx, HostState.DEPROVISIONING, Step.DONE, note=Note("Released", "claim withdrawn during provisioning")
         )
-    step = ctx.status.step or Step.RESCUE
+    step = ctx.status.step or steps.FIRST
     return STEPS[step](ctx)
 
 
@@ -90,8 +94,8 @@ def _os_reachable(ctx: Context) -> bool:
 
 
 def _next_after_rescue(ctx: Context, boot_id: str | None) -> Decision:
-    nxt = Step.INSPECT if ctx.status.state is HostState.INSPECTING else Step.CHECK_DISKS
-    return goto(ctx, ctx.status.state, nxt, boot_id=boot_id)
+    way = steps.Exit.INSPECTING if ctx.status.state is HostState.INSPECTING else steps.Exit.DONE
+    return leave(ctx, Step.RESCUE, way, boot_id=boot_id)
 
 
 def _ladder_decision(ctx: Context, v: ladder.Step, on_arrival: Callable[[], Decision]) -> Decision:
@@ -139,7 +143,7 @@ def step_wipe(ctx: Context) -> Decision:
             ActionKind.WIPE,
             note=Note("WipeRepeated", "a wipe was recorded but its outcome never was; wiping again"),
         )
-    return goto(ctx, ctx.status.state, Step.INSTALL)
+    return leave(ctx, Step.WIPE)
 
 
 def step_install(ctx: Context) -> Decision:
@@ -168,7 +172,7 @@ def step_install(ctx: Context) -> Decision:
                 )
             return wait(ctx, ctx.timing.poll)
         case InstallProgress.SUCCEEDED:
-            return goto(ctx, ctx.status.state, Step.REBOOT_OS, note=Note("Installed", "installimage finished"))
+            return leave(ctx, Step.INSTALL, note=Note("Installed", "installimage finished"))
         case InstallProgress.FAILED:
             return fail(ctx, ErrorType.INSTALL_FAILED, f"installimage failed: {obs.install_log[-1500:]}")
         case _:
@@ -180,11 +184,7 @@ def step_reboot_os(ctx: Context) -> Decision:
         ladder.Target.OS, ctx.status, ctx.obs, ctx.now, ctx.timing, ctx.hostname, first=ActionKind.SSH_REBOOT
     )
     return _ladder_decision(
-        ctx,
-        v,
-        on_arrival=lambda: goto(
-            ctx, ctx.status.state, Step.CONFIGURE, boot_id=ctx.obs.ssh.boot_id if ctx.obs.ssh else None
-        ),
+        ctx, v, on_arrival=lambda: leave(ctx, Step.REBOOT_OS, boot_id=ctx.obs.ssh.boot_id if ctx.obs.ssh else None)
     )
 
 
@@ -210,20 +210,16 @@ def step_mig_reboot(ctx: Context) -> Decision:
         )
     v = ladder.climb(ladder.Target.OS, ctx.status, ctx.obs, ctx.now, ctx.timing, ctx.hostname)
     return _ladder_decision(
-        ctx,
-        v,
-        on_arrival=lambda: goto(
-            ctx, ctx.status.state, Step.CONFIGURE, boot_id=ctx.obs.ssh.boot_id if ctx.obs.ssh else None
-        ),
+        ctx, v, on_arrival=lambda: leave(ctx, Step.MIG_REBOOT, boot_id=ctx.obs.ssh.boot_id if ctx.obs.ssh else None)
     )
 
 
 def step_bootstrap(ctx: Context) -> Decision:
     obs = ctx.obs
     if ctx.status.state is HostState.STANDBY_PREPARING:
-        return goto(ctx, HostState.STANDBY, note=Note("StandbyReady", "prepared up to the join"))
+        return leave(ctx, Step.BOOTSTRAP, steps.Exit.STANDBY, note=Note("StandbyReady", "prepared up to the join"))
     if obs.sentinel:
-        return goto(ctx, HostState.PROVISIONED, note=Note("Bootstrapped", "bootstrap sentinel present"), error_count=0)
+        return leave(ctx, Step.BOOTSTRAP, note=Note("Bootstrapped", "bootstrap sentinel present"), error_count=0)
     sent = op_in_step(ctx, ActionKind.BOOTSTRAP)
     if sent is not None and sent.outcome is None and obs.cloud_init is CloudInitState.DISABLED:
         # Recorded, and cloud-init is still disabled: the start, whose first command removes the marker the
@@ -241,9 +237,10 @@ def step_bootstrap(ctx: Context) -> Decision:
 
 
 def step_done(ctx: Context) -> Decision:
-    return goto(ctx, HostState.PROVISIONED)
+    return leave(ctx, Step.DONE)
 
 
+# The code half of each ``steps.TABLE`` row, keyed by the same steps (a unit test keeps the keys equal).
 STEPS: dict[Step, Handler] = {
     Step.RESCUE: step_rescue,
     Step.INSPECT: step_inspect,

@@ -10,16 +10,17 @@ sent twice (the reboot ladder, not a resend, recovers one that never left).
 Flow: Registering -> Inspecting[Rescue, Inspect] -> Available -> Provisioning|StandbyPreparing
 [Rescue, CheckDisks, Wipe, Install, RebootOS, Configure, MIGReboot, Bootstrap] -> Provisioned|Standby
 -> Deprovisioning -> Available|Standby. Error (typed, counted, backed off) and Maintenance from anywhere.
-The lifecycle states are here, the pipeline's steps in ``pipeline``, the shared helpers in ``transitions``.
+The lifecycle states are here, the pipeline's steps in ``pipeline`` (their successors, resume points and
+probes in the ``steps`` table), the shared helpers in ``transitions``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any
 
 from capi_gpu.api.host import ErrorType, HetznerGPUHost, HostState, Step
-from capi_gpu.provisioning import ladder, pipeline
+from capi_gpu.provisioning import pipeline, steps
 from capi_gpu.provisioning.model import (
     ActionKind,
     Decision,
@@ -90,12 +91,12 @@ def registering(ctx: Context) -> Decision:
         return Decision(
             copy_status(ctx, **facts), requeue_after=ctx.timing.poll, notes=(Note("Delayed", "provisioning limit"),)
         )
-    return goto(ctx, HostState.INSPECTING, Step.RESCUE, **facts)
+    return goto(ctx, HostState.INSPECTING, steps.FIRST, **facts)
 
 
 def _reinspect(ctx: Context) -> Decision | None:
     if ctx.obs.reinspect and not ctx.obs.claimed and ctx.slot_free:
-        return goto(ctx, HostState.INSPECTING, Step.RESCUE, note=Note("Reinspecting", "inspection requested"))
+        return goto(ctx, HostState.INSPECTING, steps.FIRST, note=Note("Reinspecting", "inspection requested"))
     return None
 
 
@@ -106,11 +107,11 @@ def available(ctx: Context) -> Decision:
     if obs.claimed:
         if not ctx.slot_free:
             return wait(ctx, ctx.timing.poll, Note("Delayed", "provisioning limit reached"))
-        return goto(ctx, HostState.PROVISIONING, Step.RESCUE, reboot_attempts=0)
+        return goto(ctx, HostState.PROVISIONING, steps.FIRST, reboot_attempts=0)
     if spec.maintenance_mode:
         return goto(ctx, HostState.MAINTENANCE)
     if spec.standby is not None and ctx.slot_free:
-        return goto(ctx, HostState.STANDBY_PREPARING, Step.RESCUE, reboot_attempts=0)
+        return goto(ctx, HostState.STANDBY_PREPARING, steps.FIRST, reboot_attempts=0)
     return wait(ctx, ctx.timing.poll * 30)
 
 
@@ -120,11 +121,9 @@ def standby(ctx: Context) -> Decision:
         return again
     if obs.claimed:
         if obs.consumer_prepared == ctx.status.prepared:
-            return goto(
-                ctx, HostState.PROVISIONING, Step.BOOTSTRAP, note=Note("StandbyClaimed", "prepared host claimed")
-            )
+            return goto(ctx, HostState.PROVISIONING, steps.JOIN, note=Note("StandbyClaimed", "prepared host claimed"))
         same_image = obs.consumer_image_key is not None and obs.consumer_image_key == _image_key(ctx.status.prepared)
-        step = Step.CONFIGURE if same_image else Step.RESCUE
+        step = steps.RECONFIGURE if same_image else steps.FIRST
         return goto(
             ctx,
             HostState.PROVISIONING,
@@ -224,28 +223,4 @@ def probes_for(host: HetznerGPUHost, now: datetime, timing: Timing, claimed: boo
         return frozenset({Probe.ROBOT_SERVER, *([Probe.SSH_OS] if claimed and st.host_keys.os else [])})
     if st.state not in PIPELINE_STATES:
         return frozenset()
-    match st.step or Step.RESCUE:
-        case Step.RESCUE:
-            probes = {Probe.SSH_RESCUE} if st.host_keys.rescue else set()
-            activation = [
-                op
-                for op in st.operations
-                if op.name == ActionKind.ACTIVATE_RESCUE.value
-                and (st.step_started_at is None or op.requested_at >= st.step_started_at)
-            ]
-            if activation and activation[-1].outcome is None:
-                probes.add(Probe.ROBOT_RESCUE)  # crash recovery: read the activation back
-            resets = ladder.resets_in_step(st)
-            if resets and (now - resets[-1].requested_at).total_seconds() >= timing.ssh_reboot:
-                probes.add(Probe.ROBOT_RESCUE)  # about to escalate: is rescue still armed?
-            return frozenset(probes)
-        case Step.INSTALL:
-            return frozenset({Probe.SSH_RESCUE, Probe.INSTALL})
-        case Step.REBOOT_OS | Step.MIG_REBOOT:
-            return frozenset({Probe.SSH_OS})
-        case Step.BOOTSTRAP:
-            return frozenset({Probe.SSH_OS, Probe.BOOTSTRAP})
-        case Step.INSPECT | Step.CHECK_DISKS | Step.WIPE | Step.CONFIGURE | Step.DONE:
-            return frozenset()
-        case _:
-            assert_never(st.step)
+    return steps.TABLE[st.step or steps.FIRST].probes(st, now, timing)

@@ -1,5 +1,6 @@
 """Shared vocabulary of the host state machine's handlers: the decision context and the few ways a
-handler answers (go to a step, wait, act with the operation recorded first, fail typed and backed off).
+handler answers (go to a step, leave one where the ``steps`` table says, wait, act with the operation
+recorded first, fail typed and backed off).
 
 ``states`` (lifecycle states) and ``pipeline`` (provisioning steps) both build their decisions from these,
 so the record-before-send rule and the error policy live in exactly one place. Pure.
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from capi_gpu.api.host import ErrorType, HetznerGPUHost, HetznerGPUHostStatus, HostState, Operation, Step
+from capi_gpu.provisioning import steps
 from capi_gpu.provisioning.model import (
     RECORDED,
     Action,
@@ -39,18 +41,6 @@ PERMANENT_ERRORS = frozenset(
         ErrorType.BOOTSTRAP_FAILED,
     }
 )
-# Where a retryable failure resumes: installimage can't rerun without a fresh rescue boot (CAPH: "target is busy").
-RESUME_AT = {
-    Step.INSTALL: Step.RESCUE,
-    Step.CHECK_DISKS: Step.RESCUE,
-    Step.WIPE: Step.RESCUE,
-    Step.INSPECT: Step.RESCUE,
-    Step.REBOOT_OS: Step.REBOOT_OS,
-    Step.CONFIGURE: Step.CONFIGURE,
-    Step.MIG_REBOOT: Step.CONFIGURE,
-    Step.RESCUE: Step.RESCUE,
-    Step.BOOTSTRAP: Step.BOOTSTRAP,
-}
 
 
 @dataclass(frozen=True)
@@ -89,6 +79,16 @@ def goto(
     return Decision(status, requeue_after=requeue, notes=(note,) if note else ())
 
 
+def leave(
+    ctx: Context, step: Step, way: steps.Exit = steps.Exit.DONE, *, note: Note | None = None, **extra: Any
+) -> Decision:
+    """Finish ``step`` by ``way``: on to the step the table names, or out of the pipeline to its state."""
+    to = steps.successor(step, way)
+    if isinstance(to, HostState):
+        return goto(ctx, to, note=note, **extra)
+    return goto(ctx, ctx.status.state, to, note=note, **extra)
+
+
 def wait(ctx: Context, seconds: float, note: Note | None = None) -> Decision:
     return Decision(ctx.status.model_copy(deep=True), requeue_after=max(0.2, seconds), notes=(note,) if note else ())
 
@@ -111,7 +111,7 @@ def fail(ctx: Context, error: ErrorType, message: str, permanent: bool = False) 
     count = ctx.status.error_count + 1
     if not permanent and count > ctx.timing.max_retries:
         permanent, message = True, f"{message} (gave up after {ctx.timing.max_retries} retries)"
-    resume_step = RESUME_AT.get(ctx.status.step) if ctx.status.step else None
+    resume_step = steps.TABLE[ctx.status.step].resume_at if ctx.status.step else None
     status = copy_status(
         ctx,
         state=HostState.ERROR,
