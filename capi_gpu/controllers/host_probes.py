@@ -79,7 +79,7 @@ def _probe_ssh(
             install, log_tail = InstallProgress(st.state.value), st.log_tail
         if with_bootstrap:
             sentinel = shell.sentinel_present()
-            cloud = CloudInitState(shell.cloud_init_status().value)
+            cloud = shell.cloud_init_status()
         return SSHProbe(SSHOutcome.OK, hostname=name, boot_id=boot), install, log_tail, sentinel, cloud
     except ssh.HostKeyMismatch as exc:
         return (

@@ -40,6 +40,7 @@ from typing import Protocol
 from capi_gpu import domain
 from capi_gpu.gpu import nvidia_smi
 from capi_gpu.provisioning import hostfacts, sshtransport
+from capi_gpu.provisioning.model import CloudInitState
 from capi_gpu.provisioning.sshtransport import (
     AuthenticationFailed,
     CommandFailed,
@@ -134,7 +135,7 @@ class HostShell(Protocol):
 
     def installimage_state(self) -> InstallImageStatus: ...
 
-    def cloud_init_status(self) -> hostfacts.CloudInit: ...
+    def cloud_init_status(self) -> CloudInitState: ...
 
     def sentinel_present(self) -> bool: ...
 
@@ -292,7 +293,7 @@ class ParamikoShell:
             return InstallImageStatus(InstallState.FAILED, None, tail)
         return InstallImageStatus(InstallState.NOT_STARTED)
 
-    def cloud_init_status(self) -> hostfacts.CloudInit:
+    def cloud_init_status(self) -> CloudInitState:
         res = self._run("cloud_init_status", "cloud-init status", check=False)
         return hostfacts.parse_cloud_init_status(res.text)
 
@@ -368,7 +369,7 @@ class AsyncHostShell:
     async def installimage_state(self) -> InstallImageStatus:
         return await asyncio.to_thread(self.sync.installimage_state)
 
-    async def cloud_init_status(self) -> hostfacts.CloudInit:
+    async def cloud_init_status(self) -> CloudInitState:
         return await asyncio.to_thread(self.sync.cloud_init_status)
 
     async def sentinel_present(self) -> bool:

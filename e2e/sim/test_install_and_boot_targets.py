@@ -22,6 +22,7 @@ from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 from capi_gpu.api.specs import InstallImageSpec
 from capi_gpu.provisioning import hostfacts, ssh, sshtransport
 from capi_gpu.provisioning import installimage as provider_installimage
+from capi_gpu.provisioning.model import CloudInitState
 from capi_gpu_sim import aptrepo
 from capi_gpu_sim.fleet import Fleet
 from capi_gpu_sim.hosts import keys, views
@@ -152,9 +153,9 @@ def test_install_reboot_and_resets_switch_boot_targets(
         assert osh.hostname() == "bm-gpu-1"
         assert osh.boot_id() != rescue_boot_id
         deadline = time.monotonic() + 30
-        while osh.cloud_init_status() is not hostfacts.CloudInit.DONE and time.monotonic() < deadline:
+        while osh.cloud_init_status() is not CloudInitState.DONE and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert osh.cloud_init_status() is hostfacts.CloudInit.DONE
+        assert osh.cloud_init_status() is CloudInitState.DONE
         assert osh.cpu_memory() == GEX131_CPU_MEMORY
     state = host.exec(["systemctl", "is-system-running", "--wait"], timeout=60)
     assert state.stdout.strip() == b"running", host.exec(["systemctl", "--failed"]).stdout  # /proc binds are fine
