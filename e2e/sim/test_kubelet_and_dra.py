@@ -20,7 +20,7 @@ from capi_gpu import domain
 from capi_gpu.gpu import catalog, layout
 from capi_gpu.kube import NODES, RESOURCESLICES, Kube
 from capi_gpu.provisioning import bootstrap, ssh
-from capi_gpu.provisioning.model import CloudInitState
+from capi_gpu.provisioning.model import CloudInitState, InstallProgress
 from capi_gpu_sim import host_shims
 from capi_gpu_sim.fleet import Fleet, install_on_disk
 from capi_gpu_sim.hosts import keys
@@ -66,7 +66,7 @@ def install_os(
             autosetup("/dev/nvme0n1", hostname=f"bm-{host.server_number}"),
             post_install(os_key, f"bm-{host.server_number}", user_data),
         )
-        assert wait_install(shell).state is ssh.InstallState.SUCCEEDED
+        assert wait_install(shell).state is InstallProgress.SUCCEEDED
         install_on_disk(host, extra)  # what the playbooks' apt installs would have put there
         before = host.boot_count()
         shell.reboot()
