@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import GateReason, PoolReason
 from capi_gpu.readiness.decisions import node as node_decisions
 from capi_gpu.readiness.decisions import pools
 from capi_gpu.unstructured import as_map
@@ -70,17 +71,6 @@ class GateOutcome(enum.StrEnum):
     WAIT = "Wait"
     BIND = "Bind"
     FAIL = "Fail"
-
-
-class GateReason(enum.StrEnum):
-    """Reasons written on the gate device's conditions (and shown in the scheduler's PreBind error)."""
-
-    GPU_READY = "GPUReady"
-    NODE_UNKNOWN = "NodeUnknown"
-    NODE_NOT_READY = "NodeNotReady"
-    DEVICE_MISSING = "DeviceMissing"
-    DEVICE_TAINTED = "DeviceTainted"
-    NOT_COLOCATED = "NotColocated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,22 +257,17 @@ def _untolerated(node_name: str, result: Mapping[str, Any], device: pools.PoolDe
     return _Finding(GateReason.DEVICE_TAINTED, message, transient=False)
 
 
-def _transient(reason: pools.PoolReason) -> bool:
+def _transient(reason: PoolReason) -> bool:
     """Whether a node verdict may clear on its own within the grace period."""
     match reason:
         case (
-            pools.PoolReason.PLUGIN_NOT_RUNNING
-            | pools.PoolReason.NO_SLICES
-            | pools.PoolReason.POOL_INCOMPLETE
-            | pools.PoolReason.STALE_GENERATION
+            PoolReason.PLUGIN_NOT_RUNNING
+            | PoolReason.NO_SLICES
+            | PoolReason.POOL_INCOMPLETE
+            | PoolReason.STALE_GENERATION
         ):
             return True  # a restarting plugin (a relayout, a chart upgrade) comes back by itself
-        case (
-            pools.PoolReason.HOST_MISMATCH
-            | pools.PoolReason.LAYOUT_MISMATCH
-            | pools.PoolReason.DEVICE_TAINTED
-            | pools.PoolReason.READY
-        ):
+        case PoolReason.HOST_MISMATCH | PoolReason.LAYOUT_MISMATCH | PoolReason.DEVICE_TAINTED | PoolReason.READY:
             return False
         case _:
             typing.assert_never(reason)

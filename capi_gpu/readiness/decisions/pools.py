@@ -35,29 +35,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import PoolReason
 from capi_gpu.unstructured import as_map
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 GPU_LOST_TAINT = f"{domain.NVIDIA_XID_TAINT_PREFIX}gpu-lost"  # the driver's NVMLDeviceHealthCheck
 _LIST_LIMIT = 8
-
-
-class PoolReason(enum.StrEnum):
-    """Why a node's pool is (not) ready; declaration order is report priority."""
-
-    READY = "Ready"
-    HOST_MISMATCH = "HostMismatch"
-    PLUGIN_NOT_RUNNING = "PluginNotRunning"
-    NO_SLICES = "NoSlices"
-    POOL_INCOMPLETE = "PoolIncomplete"
-    STALE_GENERATION = "StaleGeneration"
-    LAYOUT_MISMATCH = "LayoutMismatch"
-    DEVICE_TAINTED = "DeviceTainted"
 
 
 @dataclasses.dataclass(frozen=True)
