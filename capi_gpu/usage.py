@@ -25,6 +25,7 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.gpu import catalog, layout
+from capi_gpu.unstructured import as_map, parse_time
 
 _MIG_DEVICE = re.compile(r"^gpu-(?P<minor>\d+)-mig-(?P<profile>[a-z0-9.-]+)-(?P<gi>\d+)-(?P<start>\d+)$")
 _WHOLE_GPU = re.compile(r"^gpu-(?P<minor>\d+)$")
@@ -110,23 +111,13 @@ def gpu_nodes(slices: Iterable[Mapping[str, Any]]) -> set[str]:
     """Nodes that publish ``gpu.nvidia.com`` ResourceSlices (the NVIDIA pool is named after the node)."""
     nodes: set[str] = set()
     for s in slices:
-        spec = _map(s.get("spec"))
+        spec = as_map(s.get("spec"))
         if spec.get("driver") != domain.NVIDIA_DRIVER:
             continue
-        node = spec.get("nodeName") or _map(spec.get("pool")).get("name")
+        node = spec.get("nodeName") or as_map(spec.get("pool")).get("name")
         if isinstance(node, str) and node:
             nodes.add(node)
     return nodes
-
-
-def _timestamp(raw: object) -> datetime.datetime | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        stamp = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
 
 
 def held_devices(
@@ -136,14 +127,14 @@ def held_devices(
     by_device: dict[tuple[str, str], HeldDevice] = {}
     unknown: list[str] = []
     for claim in claims:
-        meta, status = _map(claim.get("metadata")), _map(claim.get("status"))
-        allocation = _map(status.get("allocation"))
-        since = _timestamp(allocation.get("allocationTimestamp")) or _timestamp(meta.get("creationTimestamp"))
+        meta, status = as_map(claim.get("metadata")), as_map(claim.get("status"))
+        allocation = as_map(status.get("allocation"))
+        since = parse_time(allocation.get("allocationTimestamp")) or parse_time(meta.get("creationTimestamp"))
         if not allocation or since is None:
             continue
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        for result in _map(allocation.get("devices")).get("results") or []:
-            r = _map(result)
+        for result in as_map(allocation.get("devices")).get("results") or []:
+            r = as_map(result)
             pool, device = str(r.get("pool", "")), str(r.get("device", ""))
             if r.get("driver") != domain.NVIDIA_DRIVER or r.get("adminAccess") or pool not in nodes:
                 continue
@@ -181,7 +172,3 @@ def measure(
         held=tuple(held),
         unrecognised=tuple(unknown),
     )
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

@@ -1,7 +1,9 @@
 """Condition types and reasons, and the one pure function that sets a condition.
 
-Reasons are part of the API (runbooks say "if the reason is X, do Y"), so they are enums here. As in
-CAPI core, conditions are derived in one place from what a reconcile found, never read back to decide.
+Reasons are part of the API (runbooks say "if the reason is X, do Y"), so they are enums here: the
+reasons on our own objects, and the readiness gate's on objects that are not ours (Nodes, CAPI Machines,
+ResourceClaims), so that a reason is spelled in one module whoever writes it. As in CAPI core, conditions
+are derived in one place from what a reconcile found, never read back to decide.
 """
 
 from __future__ import annotations
@@ -76,6 +78,41 @@ class Reason(StrEnum):
     FEATURES_AVAILABLE = "FeaturesAvailable"
     FEATURES_MISSING = "FeaturesMissing"
     DYNAMIC_MIG_UNSUPPORTED = "DynamicMIGUnsupported"
+
+
+# The gate's reasons are two enums, not members of ``Reason``: each lands on its own field (the first on
+# GPUReady, the second on a claim's device), a verdict or a finding can carry only a reason of its kind,
+# and the claim gate's match over ``PoolReason`` stays exhaustive. No table maps one onto the other:
+# every ``PoolReason`` but ``READY`` is ``GateReason.NODE_NOT_READY`` on a claim, the node's reason in
+# the message. Two words recur on purpose: ``Ready`` (as on our objects) and ``DeviceTainted`` (the whole
+# GPU for a node, the claim's own device for a claim).
+
+
+class PoolReason(StrEnum):
+    """The ``GPUReady`` reason on a Node and on its CAPI Machine: why the node's NVIDIA pool is (not) the
+    one its layout promises (``readiness.decisions.pools``). Declaration order is report priority: the
+    first problem found names the verdict."""
+
+    READY = "Ready"
+    HOST_MISMATCH = "HostMismatch"
+    PLUGIN_NOT_RUNNING = "PluginNotRunning"
+    NO_SLICES = "NoSlices"
+    POOL_INCOMPLETE = "PoolIncomplete"
+    STALE_GENERATION = "StaleGeneration"
+    LAYOUT_MISMATCH = "LayoutMismatch"
+    DEVICE_TAINTED = "DeviceTainted"
+
+
+class GateReason(StrEnum):
+    """The reason on a claim's gate device conditions (and in the scheduler's PreBind error), from
+    ``readiness.decisions.claims``."""
+
+    GPU_READY = "GPUReady"
+    NODE_UNKNOWN = "NodeUnknown"
+    NODE_NOT_READY = "NodeNotReady"
+    DEVICE_MISSING = "DeviceMissing"
+    DEVICE_TAINTED = "DeviceTainted"
+    NOT_COLOCATED = "NotColocated"
 
 
 def set_condition(

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from capi_gpu.unstructured import as_map, parse_time
+
 Key = tuple[str, str]  # (namespace, name)
 CA_SOURCE = "cluster-autoscaler"  # the Event source component CA's recorder posts with
 # The claim scaler's watch on the workload cluster's Events: pods only, CA's only.
@@ -46,31 +48,17 @@ class Said:
     message: str
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _time(raw: object) -> datetime.datetime | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        stamp = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
-
-
 def _when(event: Mapping[str, Any]) -> datetime.datetime | None:
     """When the Event was last said: a repeated Event keeps its object and moves lastTimestamp (core/v1)
     or series.lastObservedTime (events.k8s.io); the first occurrence has only the earlier fields."""
     for raw in (
-        _map(event.get("series")).get("lastObservedTime"),
+        as_map(event.get("series")).get("lastObservedTime"),
         event.get("lastTimestamp"),
         event.get("eventTime"),
         event.get("firstTimestamp"),
-        _map(event.get("metadata")).get("creationTimestamp"),
+        as_map(event.get("metadata")).get("creationTimestamp"),
     ):
-        if (stamp := _time(raw)) is not None:
+        if (stamp := parse_time(raw)) is not None:
             return stamp
     return None
 
@@ -80,8 +68,8 @@ def verdicts(events: Iterable[Mapping[str, Any]]) -> dict[Key, Said]:
     the side that cannot add a second node)."""
     out: dict[Key, Said] = {}
     for event in events:
-        obj = _map(event.get("involvedObject"))
-        source = _map(event.get("source")).get("component") or event.get("reportingComponent")
+        obj = as_map(event.get("involvedObject"))
+        source = as_map(event.get("source")).get("component") or event.get("reportingComponent")
         if obj.get("kind") != "Pod" or source != CA_SOURCE:
             continue
         try:
@@ -107,7 +95,7 @@ def left_to_ca(
 ) -> str | None:
     """Why the claim scaler leaves ``pod`` to cluster-autoscaler, or None when CA declined it (at least
     ``grace`` before ``now``: CA declines while its group's node is under a minute old, then scales)."""
-    meta = _map(pod.get("metadata"))
+    meta = as_map(pod.get("metadata"))
     got = said.get((str(meta.get("namespace", "")), str(meta.get("name", ""))))
     if got is None or (got.uid and got.uid != str(meta.get("uid", ""))):
         return "cluster-autoscaler has not answered for it yet"

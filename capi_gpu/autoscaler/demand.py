@@ -29,6 +29,7 @@ from capi_gpu.autoscaler import ca_verdicts, selectors
 from capi_gpu.autoscaler.selectors import Kind, NotOurs
 from capi_gpu.gpu import packing
 from capi_gpu.gpu.packing import Request
+from capi_gpu.unstructured import as_map, parse_time
 
 Key = tuple[str, str]  # (namespace, name)
 DEFAULT_GRACE = datetime.timedelta(seconds=60)
@@ -51,42 +52,28 @@ class Demand:
         return ", ".join(f"{r.count}x {'|'.join(r.alternatives)}" for r in self.requests) or "nothing"
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _time(raw: object) -> datetime.datetime | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        stamp = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
-
-
 def unschedulable(pod: Mapping[str, Any], now: datetime.datetime, grace: datetime.timedelta = DEFAULT_GRACE) -> bool:
     """Unbound, pending, not gated, and either marked Unschedulable or waiting longer than ``grace``."""
-    meta, spec, status = _map(pod.get("metadata")), _map(pod.get("spec")), _map(pod.get("status"))
+    meta, spec, status = as_map(pod.get("metadata")), as_map(pod.get("spec")), as_map(pod.get("status"))
     if spec.get("nodeName") or meta.get("deletionTimestamp") or spec.get("schedulingGates"):
         return False
     if status.get("phase", "Pending") != "Pending":
         return False
     for c in status.get("conditions") or ():
-        cond = _map(c)
+        cond = as_map(c)
         if (cond.get("type"), cond.get("status"), cond.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
             return True
-    created = _time(meta.get("creationTimestamp"))
+    created = parse_time(meta.get("creationTimestamp"))
     return created is not None and now - created >= grace
 
 
 def claim_requests(spec: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]) -> list[Request]:
     """The planner requests of one claim spec (gate requests skipped); NotOurs with the reason."""
     out: list[Request] = []
-    for raw in _map(spec.get("devices")).get("requests") or ():
-        req = _map(raw)
+    for raw in as_map(spec.get("devices")).get("requests") or ():
+        req = as_map(raw)
         if "exactly" in req:
-            exact = _map(req["exactly"])
+            exact = as_map(req["exactly"])
             want = selectors.resolve(str(exact.get("deviceClassName", "")), exact.get("selectors") or (), classes)
             if want.kind is Kind.GATE or exact.get("adminAccess"):
                 continue  # the gate comes with every GPU node; admin access takes no device
@@ -102,7 +89,7 @@ def _first_available(subs: Iterable[Any], classes: Mapping[str, Mapping[str, Any
     alternatives: list[str] = []
     counts = set()
     for raw in subs:
-        sub = _map(raw)
+        sub = as_map(raw)
         want = selectors.resolve(str(sub.get("deviceClassName", "")), sub.get("selectors") or (), classes)
         if want.kind is Kind.GATE:
             raise NotOurs("the gate device as a firstAvailable alternative")
@@ -129,28 +116,28 @@ def _pod_claims(
     pod: Mapping[str, Any], claims: Mapping[Key, Mapping[str, Any]], templates: Mapping[Key, Mapping[str, Any]]
 ) -> list[tuple[Key, Mapping[str, Any]]]:
     """(claim key, claim spec) for every unallocated claim of the pod; NotOurs when one can't be found."""
-    ns = str(_map(pod.get("metadata")).get("namespace", ""))
+    ns = str(as_map(pod.get("metadata")).get("namespace", ""))
     generated = {
-        str(_map(s).get("name")): _map(s).get("resourceClaimName")
-        for s in _map(pod.get("status")).get("resourceClaimStatuses") or ()
+        str(as_map(s).get("name")): as_map(s).get("resourceClaimName")
+        for s in as_map(pod.get("status")).get("resourceClaimStatuses") or ()
     }
     out: list[tuple[Key, Mapping[str, Any]]] = []
-    for raw in _map(pod.get("spec")).get("resourceClaims") or ():
-        ref = _map(raw)
+    for raw in as_map(pod.get("spec")).get("resourceClaims") or ():
+        ref = as_map(raw)
         name = ref.get("resourceClaimName") or generated.get(str(ref.get("name")))
         if name:
             claim = claims.get((ns, str(name)))
             if claim is None:
                 raise NotOurs(f"ResourceClaim {name} not found")
-            if _map(claim.get("status")).get("allocation"):
+            if as_map(claim.get("status")).get("allocation"):
                 continue
-            out.append(((ns, str(name)), _map(claim.get("spec"))))
+            out.append(((ns, str(name)), as_map(claim.get("spec"))))
         elif ref.get("resourceClaimTemplateName"):
             tpl = templates.get((ns, str(ref["resourceClaimTemplateName"])))
             if tpl is None:
                 raise NotOurs(f"ResourceClaimTemplate {ref['resourceClaimTemplateName']} not found")
-            pod_name = str(_map(pod.get("metadata")).get("name", ""))
-            out.append(((ns, f"{pod_name}/{ref.get('name')}"), _map(_map(tpl.get("spec")).get("spec"))))
+            pod_name = str(as_map(pod.get("metadata")).get("name", ""))
+            out.append(((ns, f"{pod_name}/{ref.get('name')}"), as_map(as_map(tpl.get("spec")).get("spec"))))
     return out
 
 
@@ -198,10 +185,11 @@ def pending_demand(
 def index(objs: Iterable[Mapping[str, Any]]) -> dict[Key, Mapping[str, Any]]:
     """Namespaced objects by (namespace, name), as ``pending_demand`` takes claims and templates."""
     return {
-        (str(_map(o.get("metadata")).get("namespace", "")), str(_map(o.get("metadata")).get("name"))): o for o in objs
+        (str(as_map(o.get("metadata")).get("namespace", "")), str(as_map(o.get("metadata")).get("name"))): o
+        for o in objs
     }
 
 
 def _pod_key(obj: Mapping[str, Any]) -> Key:
-    meta = _map(obj.get("metadata"))
+    meta = as_map(obj.get("metadata"))
     return str(meta.get("namespace", "")), str(meta.get("name", ""))

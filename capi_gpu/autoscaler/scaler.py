@@ -46,7 +46,7 @@ from capi_gpu.kube import (
     Obj,
     ours,
 )
-from capi_gpu.readiness.informer import Change, Informer, queue_emitter
+from capi_gpu.readiness.informer import Change, Feed
 from capi_gpu.runtime import events
 from capi_gpu.runtime.deps import Deps
 from capi_gpu.runtime.settings import PodPolicy
@@ -84,30 +84,24 @@ class ClaimScaler:
         self.last: decide.Decision | None = None
 
     async def run(self, stopped: Any) -> None:
-        queue: asyncio.Queue[Change] = asyncio.Queue()
-        emit = queue_emitter(asyncio.get_running_loop(), queue)
-        informers = [
-            Informer(self.wl.sync, res, kind, emit).start()
-            for res, kind in ((PODS, "pod"), (RESOURCECLAIMS, "claim"), (RESOURCESLICES, "slice"))
-        ]
+        feed = Feed(self.wl.sync)
+        for res, kind in ((PODS, "pod"), (RESOURCECLAIMS, "claim"), (RESOURCESLICES, "slice")):
+            feed.watch(res, kind)
         if self.policy is PodPolicy.CA_DECLINED:
             # CA's verdict comes after the pod turned Unschedulable: its Event must wake a pass too.
-            informers.append(
-                Informer(self.wl.sync, EVENTS, "event", emit, field_selector=ca_verdicts.FIELD_SELECTOR).start()
-            )
+            feed.watch(EVENTS, "event", field_selector=ca_verdicts.FIELD_SELECTOR)
         try:
             while not stopped:
                 with contextlib.suppress(TimeoutError):
-                    self._apply(await asyncio.wait_for(queue.get(), timeout=self.resync))
-                    await self._quiet(queue)
-                if len(self._synced) == len(informers):
+                    self._apply(await asyncio.wait_for(feed.queue.get(), timeout=self.resync))
+                    await self._quiet(feed.queue)
+                if len(self._synced) == len(feed.informers):
                     try:
                         await self.evaluate()
                     except (KubeError, OSError) as exc:  # an apiserver blip: the next change or resync retries
                         log.warning("claim scaler %s/%s: pass failed: %s", self.namespace, self.cluster, exc)
         finally:
-            for inf in informers:
-                inf.stop()
+            feed.stop()
 
     async def _quiet(self, queue: asyncio.Queue[Change]) -> None:
         """Take changes until none came for ``debounce`` seconds (at most four debounces in all)."""

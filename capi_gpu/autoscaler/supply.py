@@ -17,21 +17,18 @@ from typing import Any
 from capi_gpu import domain, usage
 from capi_gpu.gpu import packing
 from capi_gpu.readiness.decisions import pools
+from capi_gpu.unstructured import as_map
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def allocated(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
     """(pool, device) of every NVIDIA device an allocated claim holds (admin access holds none)."""
     out: set[tuple[str, str]] = set()
     for claim in claims:
-        allocation = _map(_map(claim.get("status")).get("allocation"))
-        for raw in _map(allocation.get("devices")).get("results") or ():
-            r = _map(raw)
+        allocation = as_map(as_map(claim.get("status")).get("allocation"))
+        for raw in as_map(allocation.get("devices")).get("results") or ():
+            r = as_map(raw)
             if r.get("driver") == domain.NVIDIA_DRIVER and not r.get("adminAccess"):
                 out.add((str(r.get("pool", "")), str(r.get("device", ""))))
     return out

@@ -13,14 +13,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capi_gpu import domain, kube, pricing, usage
 from capi_gpu.cli import EXIT_OK, EXIT_USAGE, cost_plot, kubeargs
 from capi_gpu.cli.kubeargs import CliFailure
 from capi_gpu.gpu import catalog, gpuplan
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DEFAULT_UTILIZATIONS = (0.16, 0.5, 1.0)
 
@@ -158,22 +161,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(doc)
     if args.plot is not None:
-        _plot(args.plot, price, terms, fx, offers, scenarios, measured)
+        utilization = None if measured is None else measured.utilization
+        _plot(args.plot, lambda: cost_plot.figure(price, terms, fx, offers, scenarios, utilization))
     return EXIT_OK
 
 
-def _plot(
-    path: Path,
-    price: pricing.HostPrice,
-    terms: pricing.Terms,
-    fx: pricing.FxRate,
-    offers: Sequence[pricing.CloudOffer],
-    scenarios: Sequence[pricing.Scenario],
-    measured: usage.Usage | None,
-) -> None:
+def _plot(path: Path, draw: Callable[[], Figure]) -> None:
+    """``draw`` runs in here: a missing matplotlib shows only when the figure is made."""
     try:
-        fig = cost_plot.figure(price, terms, fx, offers, scenarios, None if measured is None else measured.utilization)
-        cost_plot.save(fig, path)
+        cost_plot.save(draw(), path)
     except cost_plot.PlotUnavailable as exc:
         raise CliFailure(str(exc), EXIT_USAGE) from exc
     except OSError as exc:

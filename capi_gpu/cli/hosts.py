@@ -30,6 +30,7 @@ from capi_gpu.api import base
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec, RobotAccess
 from capi_gpu.cli import EXIT_EXTERNAL, EXIT_OK, EXIT_USAGE, hosts_order, kubeargs, live
 from capi_gpu.cli.kubeargs import CliFailure
+from capi_gpu.unstructured import as_map
 
 HOSTS = kube.ours("hetznergpuhosts")
 COLUMNS = ("name", "server", "state", "step", "gpu", "layout", "consumer", "ready", "error", "flags")
@@ -86,16 +87,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def host_row(obj: Mapping[str, Any]) -> dict[str, Any]:
     """One host as the table and the JSON output show it."""
-    meta, spec, status = (_map(obj.get(k)) for k in ("metadata", "spec", "status"))
-    gpus = _map(status.get("hardware")).get("gpus") or []
-    ready = next((c.get("status") for c in status.get("conditions") or [] if _map(c).get("type") == "Ready"), None)
+    meta, spec, status = (as_map(obj.get(k)) for k in ("metadata", "spec", "status"))
+    gpus = as_map(status.get("hardware")).get("gpus") or []
+    ready = next((c.get("status") for c in status.get("conditions") or [] if as_map(c).get("type") == "Ready"), None)
     flags = [
         flag
         for flag, on in (
             ("maintenance", spec.get("maintenanceMode")),
             ("retired", spec.get("retired")),
             ("standby", spec.get("standby") is not None),
-            ("reinspect", domain.ANNOTATION_REINSPECT in _map(meta.get("annotations"))),
+            ("reinspect", domain.ANNOTATION_REINSPECT in as_map(meta.get("annotations"))),
         )
         if on
     ]
@@ -105,9 +106,9 @@ def host_row(obj: Mapping[str, Any]) -> dict[str, Any]:
         "server": spec.get("serverNumber"),
         "state": status.get("state"),
         "step": status.get("step"),
-        "gpu": (_map(gpus[0]).get("model") or None) if gpus else None,
+        "gpu": (as_map(gpus[0]).get("model") or None) if gpus else None,
         "layout": status.get("layout"),
-        "consumer": _map(spec.get("consumerRef")).get("name"),
+        "consumer": as_map(spec.get("consumerRef")).get("name"),
         "ready": ready,
         "error": status.get("errorType"),
         "flags": flags,
@@ -200,7 +201,7 @@ def build_host(args: argparse.Namespace, namespace: str) -> dict[str, Any]:
 
 
 def _warn_missing_secrets(k: kube.Kube, namespace: str, spec: Mapping[str, Any]) -> None:
-    robot = _map(spec.get("robot"))
+    robot = as_map(spec.get("robot"))
     for flag, key in (("--robot-secret", "credentialsSecret"), ("--ssh-secret", "sshKeySecret")):
         name = robot.get(key)
         try:
@@ -217,8 +218,8 @@ def run_register(args: argparse.Namespace) -> int:
     k = kubeargs.connect(args)
     try:
         for other in k.list(HOSTS, ns):
-            if _map(other.get("spec")).get("serverNumber") == args.server:
-                name = _map(other.get("metadata")).get("name")
+            if as_map(other.get("spec")).get("serverNumber") == args.server:
+                name = as_map(other.get("metadata")).get("name")
                 raise CliFailure(f"server {args.server} is already registered in {ns} as {name}")
         try:
             created = k.create(HOSTS, doc, ns)
@@ -325,7 +326,3 @@ def run_retire(args: argparse.Namespace) -> int:
         return {"spec": _spec_patch(spec, retired=True, maintenance_mode=True)}
 
     return _change(args, decide)
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

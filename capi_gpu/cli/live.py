@@ -30,6 +30,7 @@ from rich.text import Text
 from capi_gpu import domain, kube
 from capi_gpu.api.host import HostState, Step
 from capi_gpu.provisioning import steps
+from capi_gpu.unstructured import as_map
 
 HOSTS = kube.ours("hetznergpuhosts")
 # The steps a cold host walks to a node, in order (the ``steps`` table's live rows); a step a host skips
@@ -92,10 +93,6 @@ class Snapshot:
     events: tuple[EventLine, ...]  # oldest first
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _time(value: object) -> datetime.datetime | None:
     if not isinstance(value, str) or not value:
         return None
@@ -106,9 +103,9 @@ def _time(value: object) -> datetime.datetime | None:
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> str:
-    for c in _map(obj.get("status")).get("conditions") or []:
-        if _map(c).get("type") == kind:
-            return str(_map(c).get("status", "-"))
+    for c in as_map(obj.get("status")).get("conditions") or []:
+        if as_map(c).get("type") == kind:
+            return str(as_map(c).get("status", "-"))
     return "-"
 
 
@@ -124,20 +121,20 @@ def snapshot(
     for m in machines:
         if (
             cluster is not None
-            and _map(_map(m.get("metadata")).get("labels")).get(domain.CLUSTER_NAME_LABEL) != cluster
+            and as_map(as_map(m.get("metadata")).get("labels")).get(domain.CLUSTER_NAME_LABEL) != cluster
         ):
             continue
-        infra = _map(_map(m.get("spec")).get("infrastructureRef")).get("name")
+        infra = as_map(as_map(m.get("spec")).get("infrastructureRef")).get("name")
         if infra:
             by_infra[str(infra)] = m
     rows = []
     for h in hosts:
-        meta, spec, status = (_map(h.get(k)) for k in ("metadata", "spec", "status"))
-        consumer = str(_map(spec.get("consumerRef")).get("name") or "-")
+        meta, spec, status = (as_map(h.get(k)) for k in ("metadata", "spec", "status"))
+        consumer = str(as_map(spec.get("consumerRef")).get("name") or "-")
         machine = by_infra.get(consumer)
         if cluster is not None and machine is None:
             continue
-        node = _map(_map(machine or {}).get("status")).get("nodeRef")
+        node = as_map(as_map(machine or {}).get("status")).get("nodeRef")
         rows.append(
             HostLine(
                 name=str(meta.get("name")),
@@ -145,7 +142,7 @@ def snapshot(
                 step=str(status.get("step") or "-"),
                 since=_time(status.get("stepStartedAt")),
                 consumer=consumer,
-                node=str(_map(node).get("name") or "-"),
+                node=str(as_map(node).get("name") or "-"),
                 gpu_ready=_condition(machine, domain.GPU_READY_CONDITION) if machine is not None else "-",
             )
         )
@@ -157,10 +154,10 @@ def snapshot(
 def _events(events: Iterable[Mapping[str, Any]], names: set[str] | None, shown: int) -> list[EventLine]:
     out = []
     for ev in events:
-        obj = _map(ev.get("involvedObject"))
+        obj = as_map(ev.get("involvedObject"))
         if obj.get("kind") not in EVENT_KINDS or (names is not None and obj.get("name") not in names):
             continue
-        meta = _map(ev.get("metadata"))
+        meta = as_map(ev.get("metadata"))
         when = _time(ev.get("lastTimestamp")) or _time(ev.get("eventTime")) or _time(meta.get("creationTimestamp"))
         out.append(
             EventLine(

@@ -76,10 +76,10 @@ def _probe_ssh(
         name, boot = shell.hostname(), shell.boot_id()
         if with_install:
             st = shell.installimage_state()
-            install, log_tail = InstallProgress(st.state.value), st.log_tail
+            install, log_tail = st.state, st.log_tail
         if with_bootstrap:
             sentinel = shell.sentinel_present()
-            cloud = CloudInitState(shell.cloud_init_status().value)
+            cloud = shell.cloud_init_status()
         return SSHProbe(SSHOutcome.OK, hostname=name, boot_id=boot), install, log_tail, sentinel, cloud
     except ssh.HostKeyMismatch as exc:
         return (

@@ -153,14 +153,18 @@ class RobotClient:
     async def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return await self._session.call("GET", path, retry=Retry.SAFE, params=params)
 
+    async def _list(self, path: str, name: str, model: type[_M], params: Mapping[str, str] | None = None) -> list[_M]:
+        """A wrapped list, where Robot answers "you have none" with a 404 (``SERVER_NOT_FOUND``, ...)."""
+        try:
+            body = await self._get(path, params)
+        except errors.RobotNotFound:
+            return []
+        return _many(body, name, model)
+
     # --- servers -------------------------------------------------------------------------------
 
     async def list_servers(self) -> list[models.Server]:
-        try:
-            body = await self._get("/server")
-        except errors.RobotNotFound:  # Robot's way of saying "you have no servers"
-            return []
-        return _many(body, "server", models.Server)
+        return await self._list("/server", "server", models.Server)
 
     async def cached_servers(self) -> Mapping[int, models.Server]:
         return await self._account.servers.servers(self.list_servers)
@@ -194,10 +198,7 @@ class RobotClient:
     # --- reset ---------------------------------------------------------------------------------
 
     async def list_resets(self) -> list[models.Reset]:
-        try:
-            return _many(await self._get("/reset"), "reset", models.Reset)
-        except errors.RobotNotFound:
-            return []
+        return await self._list("/reset", "reset", models.Reset)
 
     async def get_reset(self, server_number: int) -> models.Reset:
         return _one(await self._get(f"/reset/{server_number}"), "reset", models.Reset)
@@ -252,10 +253,7 @@ class RobotClient:
     # --- keys ----------------------------------------------------------------------------------
 
     async def list_keys(self) -> list[models.Key]:
-        try:
-            return _many(await self._get("/key"), "key", models.Key)
-        except errors.RobotNotFound:
-            return []
+        return await self._list("/key", "key", models.Key)
 
     async def get_key(self, fingerprint: str) -> models.Key:
         return _one(await self._get(f"/key/{fingerprint}"), "key", models.Key)
@@ -287,10 +285,7 @@ class RobotClient:
 
     async def list_products(self, *, location: str | None = None) -> list[models.Product]:
         params = {"location": location} if location else None
-        try:
-            return _many(await self._get("/order/server/product", params), "product", models.Product)
-        except errors.RobotNotFound:
-            return []
+        return await self._list("/order/server/product", "product", models.Product, params)
 
     async def get_product(self, product_id: str) -> models.Product:
         return _one(await self._get(f"/order/server/product/{product_id}"), "product", models.Product)
@@ -303,10 +298,7 @@ class RobotClient:
         return _one(body, "transaction", models.Transaction)
 
     async def list_transactions(self) -> list[models.Transaction]:
-        try:
-            return _many(await self._get("/order/server/transaction"), "transaction", models.Transaction)
-        except errors.RobotNotFound:
-            return []
+        return await self._list("/order/server/transaction", "transaction", models.Transaction)
 
     async def get_transaction(self, transaction_id: str) -> models.Transaction:
         body = await self._get(f"/order/server/transaction/{transaction_id}")

@@ -54,6 +54,17 @@ class Retry(StrEnum):
 
 
 @dataclass(frozen=True)
+class _Request:
+    """One logical request, the same for every attempt at it."""
+
+    method: str
+    path: str
+    family: budget.Family
+    data: FormData | None
+    params: Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     attempts: int = 3
     initial_s: float = 0.5
@@ -155,7 +166,7 @@ class RobotSession:
         params: Mapping[str, str] | None = None,
     ) -> Any:
         """Send one logical request (with retries) and return the parsed JSON body (None if empty)."""
-        family = budget.family_for(method, path)
+        req = _Request(method, path, budget.family_for(method, path), data, params)
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.retry.attempts),
             wait=lambda state: self._backoff(state.attempt_number),
@@ -165,41 +176,27 @@ class RobotSession:
         )
         async for attempt in retrying:
             with attempt:
-                return await self._attempt(method, path, family, data, params)
+                return await self._attempt(req)
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
-    async def _attempt(
-        self,
-        method: str,
-        path: str,
-        family: budget.Family,
-        data: FormData | None,
-        params: Mapping[str, str] | None,
-    ) -> Any:
+    async def _attempt(self, req: _Request) -> Any:
         try:
             async with self.account.circuit.admit(self._fingerprint):
-                taken_at = self.account.budget.reserve(family)
+                taken_at = self.account.budget.reserve(req.family)
                 try:
-                    body = await self._send(method, path, family, data, params)
+                    body = await self._send(req)
                 finally:
-                    self.account.budget.settle(family, taken_at)
+                    self.account.budget.settle(req.family, taken_at)
         except errors.RobotError as exc:
-            self.account.count(family, budget_metrics.outcome_of(exc))
-            log.debug("robot %s %s [%s]: %s %s", method, path, family.value, exc.status, exc.code)
+            self.account.count(req.family, budget_metrics.outcome_of(exc))
+            log.debug("robot %s %s [%s]: %s %s", req.method, req.path, req.family.value, exc.status, exc.code)
             raise
-        self.account.count(family, budget_metrics.Outcome.OK)
+        self.account.count(req.family, budget_metrics.Outcome.OK)
         return body
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        family: budget.Family,
-        data: FormData | None,
-        params: Mapping[str, str] | None,
-    ) -> Any:
+    async def _send(self, req: _Request) -> Any:
         try:
-            response = await self._http.request(method, path, data=data, params=params)
+            response = await self._http.request(req.method, req.path, data=req.data, params=req.params)
         except httpx.TransportError as exc:
             raise errors.from_transport(exc) from exc
         except httpx.HTTPError as exc:
@@ -213,9 +210,9 @@ class RobotSession:
         if status >= 400:
             error = errors.classify(status, body)
             if isinstance(error, errors.RobotRateLimited):
-                self.account.budget.on_rate_limited(family, error.interval, error.max_requests)
+                self.account.budget.on_rate_limited(req.family, error.interval, error.max_requests)
             raise error
         if response.content and body is None:
             raise errors.RobotTerminalError(status, "INVALID_RESPONSE", "Robot answered with a non-JSON body")
-        log.debug("robot %s %s [%s]: %s", method, path, family.value, status)
+        log.debug("robot %s %s [%s]: %s", req.method, req.path, req.family.value, status)
         return body

@@ -9,7 +9,6 @@ here, without I/O, lets unit tests feed real outputs, and keeps ``ssh`` about tr
 
 from __future__ import annotations
 
-import enum
 import json
 import re
 from collections.abc import Iterable
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capi_gpu.gpu import nvidia_smi
+from capi_gpu.provisioning.model import CloudInitState
 
 # Filesystems that mean "an operating system may live here": another disk with one of these can be
 # booted instead of the new OS (CAPH's detect-linux-on-another-disk check, done from lsblk only).
@@ -41,15 +41,6 @@ class Partition:
     name: str
     size_bytes: int
     fstype: str | None
-
-
-class CloudInit(enum.StrEnum):
-    NOT_STARTED = "not started"
-    RUNNING = "running"
-    DONE = "done"
-    ERROR = "error"
-    DISABLED = "disabled"
-    UNKNOWN = "unknown"
 
 
 def _int(value: Any) -> int:
@@ -98,19 +89,19 @@ def smart_passed(text: str) -> bool:
     return bool(re.search(r"self-assessment test result: PASSED|SMART Health Status: OK", text))
 
 
-def parse_cloud_init_status(text: str) -> CloudInit:
+def parse_cloud_init_status(text: str) -> CloudInitState:
     m = re.search(r"^status:\s*(.+?)\s*$", text, flags=re.MULTILINE)
     if not m:
-        return CloudInit.UNKNOWN
+        return CloudInitState.UNKNOWN
     raw = m.group(1).lower()
     if raw in ("not run", "not started"):
-        return CloudInit.NOT_STARTED
+        return CloudInitState.NOT_STARTED
     if raw.endswith("done"):  # "degraded done" (23.4+) is done with recoverable errors
-        return CloudInit.DONE
+        return CloudInitState.DONE
     try:
-        return CloudInit(raw)
+        return CloudInitState(raw)
     except ValueError:
-        return CloudInit.UNKNOWN
+        return CloudInitState.UNKNOWN
 
 
 def other_linux(disks: Iterable[Disk], root_wwns: Iterable[str]) -> list[str]:

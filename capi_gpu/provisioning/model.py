@@ -71,6 +71,9 @@ class InstallProgress(StrEnum):
 
 
 class CloudInitState(StrEnum):
+    """``cloud-init status`` as ``hostfacts.parse_cloud_init_status`` reads it off the host: the parser and the
+    state machine share this one enum, so a new value cannot be read without being decided on."""
+
     NOT_STARTED = "not started"
     RUNNING = "running"
     DONE = "done"

@@ -30,7 +30,6 @@ values, go over SFTP rather than command lines, and never reach logs or exceptio
 from __future__ import annotations
 
 import asyncio
-import enum
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from typing import Protocol
 from capi_gpu import domain
 from capi_gpu.gpu import nvidia_smi
 from capi_gpu.provisioning import hostfacts, sshtransport
+from capi_gpu.provisioning.model import CloudInitState, InstallProgress
 from capi_gpu.provisioning.sshtransport import (
     AuthenticationFailed,
     CommandFailed,
@@ -67,7 +67,6 @@ __all__ = [
     "HostKeyPin",
     "HostShell",
     "InstallImageStatus",
-    "InstallState",
     "ParamikoShell",
     "SSHError",
     "SessionDropped",
@@ -89,16 +88,9 @@ class UnknownDisk(ValueError):
     """A WWN the caller named (root device hint) is not a disk of this server."""
 
 
-class InstallState(enum.StrEnum):
-    NOT_STARTED = "not-started"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
 @dataclass(frozen=True)
 class InstallImageStatus:
-    state: InstallState
+    state: InstallProgress
     exit_status: int | None = None
     log_tail: str = ""  # wrapper output + /root/debug.txt; no secrets (the post-install echoes none)
 
@@ -134,7 +126,7 @@ class HostShell(Protocol):
 
     def installimage_state(self) -> InstallImageStatus: ...
 
-    def cloud_init_status(self) -> hostfacts.CloudInit: ...
+    def cloud_init_status(self) -> CloudInitState: ...
 
     def sentinel_present(self) -> bool: ...
 
@@ -284,15 +276,15 @@ class ParamikoShell:
         head, _, tail = res.text.partition("\n")
         if head.startswith("exit="):
             code = int(head[5:] or -1)
-            state = InstallState.SUCCEEDED if code == 0 else InstallState.FAILED
+            state = InstallProgress.SUCCEEDED if code == 0 else InstallProgress.FAILED
             return InstallImageStatus(state, code, tail)
         if head == "running":
-            return InstallImageStatus(InstallState.RUNNING, None, tail)
+            return InstallImageStatus(InstallProgress.RUNNING, None, tail)
         if head == "vanished":
-            return InstallImageStatus(InstallState.FAILED, None, tail)
-        return InstallImageStatus(InstallState.NOT_STARTED)
+            return InstallImageStatus(InstallProgress.FAILED, None, tail)
+        return InstallImageStatus(InstallProgress.NOT_STARTED)
 
-    def cloud_init_status(self) -> hostfacts.CloudInit:
+    def cloud_init_status(self) -> CloudInitState:
         res = self._run("cloud_init_status", "cloud-init status", check=False)
         return hostfacts.parse_cloud_init_status(res.text)
 
@@ -368,7 +360,7 @@ class AsyncHostShell:
     async def installimage_state(self) -> InstallImageStatus:
         return await asyncio.to_thread(self.sync.installimage_state)
 
-    async def cloud_init_status(self) -> hostfacts.CloudInit:
+    async def cloud_init_status(self) -> CloudInitState:
         return await asyncio.to_thread(self.sync.cloud_init_status)
 
     async def sentinel_present(self) -> bool:

@@ -35,7 +35,7 @@ from capi_gpu.kube import (
     Obj,
 )
 from capi_gpu.readiness import decisions, targets
-from capi_gpu.readiness.informer import Change, Informer, queue_emitter
+from capi_gpu.readiness.informer import Change, Feed
 from capi_gpu.runtime import metrics
 from capi_gpu.runtime.deps import Deps
 
@@ -88,23 +88,19 @@ class ClusterGate:
         """Seconds from the informer seeing a claim's gate allocation to our binding condition written."""
 
     async def run(self, stopped: Any) -> None:
-        queue: asyncio.Queue[Change] = asyncio.Queue()
-        emit = queue_emitter(asyncio.get_running_loop(), queue)
-        informers = [
-            Informer(self.wl.sync, res, kind, emit).start()
-            for res, kind in ((NODES, "node"), (RESOURCESLICES, "slice"), (RESOURCECLAIMS, "claim"))
-        ]
+        feed = Feed(self.wl.sync)
+        for res, kind in ((NODES, "node"), (RESOURCESLICES, "slice"), (RESOURCECLAIMS, "claim")):
+            feed.watch(res, kind)
         for i, check in enumerate(self.plugins):
-            informers.append(Informer(self.wl.sync, PODS, f"pod:{i}", emit, check.selector, None, check.namespace))
-            informers[-1].start()
-        self._kinds = len(informers)
+            feed.watch(PODS, f"pod:{i}", check.selector, None, check.namespace)
+        self._kinds = len(feed.informers)
         # The management side wakes us too: a machine that just got its providerID makes a node ours.
         mgmt_wake = self.deps.wakeups.event("gate", self.namespace, self.cluster)
         try:
             while not stopped:
                 wake = min([*self._recheck.values(), *self._node_retry.values()], default=time.monotonic() + RESYNC)
                 timeout = max(0.05, wake - time.monotonic())
-                getter = asyncio.ensure_future(queue.get())
+                getter = asyncio.ensure_future(feed.queue.get())
                 woken = asyncio.ensure_future(mgmt_wake.wait())
                 try:
                     done, _ = await asyncio.wait(
@@ -116,8 +112,8 @@ class ClusterGate:
                         fut.cancel()
                     await asyncio.gather(*pending, return_exceptions=True)
                 batch = [getter.result()] if getter in done else []
-                while not queue.empty():
-                    batch.append(queue.get_nowait())
+                while not feed.queue.empty():
+                    batch.append(feed.queue.get_nowait())
                 resync = woken in done or not done
                 if resync:
                     mgmt_wake.clear()
@@ -126,8 +122,7 @@ class ClusterGate:
                         return
                 await self.process(batch, resync=resync)
         finally:
-            for inf in informers:
-                inf.stop()
+            feed.stop()
 
     def _apply(self, ch: Change) -> tuple[set[str], set[tuple[str, str]]]:
         nodes: set[str] = set()

@@ -119,10 +119,33 @@ def _key(obj: Obj) -> tuple[str, str]:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
-def queue_emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Change]) -> Callable[[Change], None]:
-    def emit(change: Change) -> None:
-        # A change that arrives while the gate shuts down has nobody left to read it.
-        with contextlib.suppress(RuntimeError):  # the loop is closed
-            loop.call_soon_threadsafe(queue.put_nowait, change)
+class Feed:
+    """The informers of one daemon (the gate, the claim scaler), all feeding one asyncio queue that the
+    daemon's loop reads. Made inside that loop: the informer threads hand changes over to it."""
 
-    return emit
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.queue: asyncio.Queue[Change] = asyncio.Queue()
+        self.informers: list[Informer] = []
+        self._loop = asyncio.get_running_loop()
+
+    def watch(
+        self,
+        res: Res,
+        kind: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Start one more informer; its changes arrive as ``kind``."""
+        informer = Informer(self.kube, res, kind, self._emit, label_selector, field_selector, namespace)
+        self.informers.append(informer.start())
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def _emit(self, change: Change) -> None:
+        # A change that arrives while the daemon shuts down has nobody left to read it.
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, change)

@@ -22,6 +22,7 @@ from sim_helpers import BOOT_TIMEOUT_S, Rescue, RobotApi, boot_rescue
 from capi_gpu.api.specs import InstallImageSpec
 from capi_gpu.provisioning import hostfacts, ssh, sshtransport
 from capi_gpu.provisioning import installimage as provider_installimage
+from capi_gpu.provisioning.model import CloudInitState, InstallProgress
 from capi_gpu_sim import aptrepo
 from capi_gpu_sim.fleet import Fleet
 from capi_gpu_sim.hosts import keys, views
@@ -64,7 +65,7 @@ def wait_install(shell: ssh.ParamikoShell, timeout: float = 60) -> ssh.InstallIm
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = shell.installimage_state()
-        if st.state in (ssh.InstallState.SUCCEEDED, ssh.InstallState.FAILED):
+        if st.state in (InstallProgress.SUCCEEDED, InstallProgress.FAILED):
             return st
         time.sleep(0.2)
     raise AssertionError("installimage did not finish")
@@ -113,7 +114,7 @@ def test_malformed_autosetup_fails_with_installimage_messages(rescue: Rescue, cl
         for config, message in BAD:
             shell.start_installimage(config)
             st = wait_install(shell)
-            assert st.state is ssh.InstallState.FAILED, config
+            assert st.state is InstallProgress.FAILED, config
             assert st.exit_status == 1
             assert message in st.log_tail, (message, st.log_tail)
     # A refused config installs nothing: the disk still holds the previous OS it came with.
@@ -139,7 +140,7 @@ def test_install_reboot_and_resets_switch_boot_targets(
             post_install(os_key, "bm-gpu-1", user_data),
         )
         st = wait_install(shell)
-        assert st.state is ssh.InstallState.SUCCEEDED, st.log_tail
+        assert st.state is InstallProgress.SUCCEEDED, st.log_tail
         assert "POST_INSTALL_SCRIPT_FINISHED" in st.log_tail
         before = host.boot_count()
         shell.reboot()
@@ -152,9 +153,9 @@ def test_install_reboot_and_resets_switch_boot_targets(
         assert osh.hostname() == "bm-gpu-1"
         assert osh.boot_id() != rescue_boot_id
         deadline = time.monotonic() + 30
-        while osh.cloud_init_status() is not hostfacts.CloudInit.DONE and time.monotonic() < deadline:
+        while osh.cloud_init_status() is not CloudInitState.DONE and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert osh.cloud_init_status() is hostfacts.CloudInit.DONE
+        assert osh.cloud_init_status() is CloudInitState.DONE
         assert osh.cpu_memory() == GEX131_CPU_MEMORY
     state = host.exec(["systemctl", "is-system-running", "--wait"], timeout=60)
     assert state.stdout.strip() == b"running", host.exec(["systemctl", "--failed"]).stdout  # /proc binds are fine
@@ -203,7 +204,7 @@ def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotA
     rescue = boot_rescue(host, robot_api, client_key)
     shell = rescue.shell(client_key)
     shell.start_installimage(autosetup("/dev/nvme0n1"))
-    assert shell.installimage_state().state is ssh.InstallState.RUNNING
+    assert shell.installimage_state().state is InstallProgress.RUNNING
     session = sshtransport.Session(
         ssh.Endpoint(host.guest_ip, rescue.pin), ssh.Credentials(private_key=client_key.private_openssh)
     )
@@ -214,8 +215,8 @@ def test_installimage_survives_a_dropped_session(fleet: Fleet, robot_api: RobotA
     killer.join()
     assert shell.hostname() == "rescue"  # the next operation opens a new session
     with rescue.shell(client_key) as again:
-        assert again.installimage_state().state is ssh.InstallState.RUNNING
-        assert wait_install(again).state is ssh.InstallState.SUCCEEDED
+        assert again.installimage_state().state is InstallProgress.RUNNING
+        assert wait_install(again).state is InstallProgress.SUCCEEDED
 
 
 def test_a_uefi_rescue_shows_efi_and_installimage_demands_an_esp(
@@ -231,10 +232,10 @@ def test_a_uefi_rescue_shows_efi_and_installimage_demands_an_esp(
         wwns = [d.wwn or "" for d in shell.disks()]
         shell.start_installimage(autosetup(f"/dev/disk/by-id/nvme-{wwns[0]}"))
         st = wait_install(shell)
-        assert st.state is ssh.InstallState.FAILED and "ERROR: ESP missing or multiple ESP found" in st.log_tail
+        assert st.state is InstallProgress.FAILED and "ERROR: ESP missing or multiple ESP found" in st.log_tail
         shell.start_installimage(provider_installimage.autosetup(InstallImageSpec(), "bm-gpu-1", wwns, uefi=True))
         st = wait_install(shell)
-        assert st.state is ssh.InstallState.SUCCEEDED, st.log_tail
+        assert st.state is InstallProgress.SUCCEEDED, st.log_tail
     table = json.loads((host.disk_dir / "partitions.json").read_text())
     assert [[r["mount"] for r in table[d]] for d in ("nvme0n1", "nvme1n1")] == [["/boot/efi", "/boot", "/"]] * 2
 

@@ -19,7 +19,8 @@ from test_install_and_boot_targets import autosetup, post_install, wait_install
 from capi_gpu import domain
 from capi_gpu.gpu import catalog, layout
 from capi_gpu.kube import NODES, RESOURCESLICES, Kube
-from capi_gpu.provisioning import bootstrap, hostfacts, ssh
+from capi_gpu.provisioning import bootstrap, ssh
+from capi_gpu.provisioning.model import CloudInitState, InstallProgress
 from capi_gpu_sim import host_shims
 from capi_gpu_sim.fleet import Fleet, install_on_disk
 from capi_gpu_sim.hosts import keys
@@ -65,7 +66,7 @@ def install_os(
             autosetup("/dev/nvme0n1", hostname=f"bm-{host.server_number}"),
             post_install(os_key, f"bm-{host.server_number}", user_data),
         )
-        assert wait_install(shell).state is ssh.InstallState.SUCCEEDED
+        assert wait_install(shell).state is InstallProgress.SUCCEEDED
         install_on_disk(host, extra)  # what the playbooks' apt installs would have put there
         before = host.boot_count()
         shell.reboot()
@@ -111,7 +112,7 @@ def test_bootstrap_registers_the_node_and_reset_removes_it(
         with ssh.ParamikoShell(
             ssh.Endpoint(host.guest_ip, pin), ssh.Credentials(private_key=client_key.private_openssh)
         ) as sh:
-            assert sh.cloud_init_status() is hostfacts.CloudInit.DONE
+            assert sh.cloud_init_status() is CloudInitState.DONE
             assert sh.sentinel_present()
             sh.kubeadm_reset()
             assert not sh.sentinel_present()
@@ -136,7 +137,7 @@ def test_a_reset_host_bootstrapped_with_a_new_instance_id_runs_the_new_user_data
         with ssh.ParamikoShell(
             ssh.Endpoint(host.guest_ip, pin), ssh.Credentials(private_key=client_key.private_openssh)
         ) as sh:
-            assert sh.cloud_init_status() is hostfacts.CloudInit.DONE
+            assert sh.cloud_init_status() is CloudInitState.DONE
             sh.kubeadm_reset()
             assert _wait(lambda: workload_kube.get_or_none(NODES, name) is None), "node not deleted after reset"
             # The same instance-id again: cloud-init has finished that instance and runs nothing.
@@ -149,7 +150,7 @@ def test_a_reset_host_bootstrapped_with_a_new_instance_id_runs_the_new_user_data
             assert _wait(lambda: _labels(workload_kube, name).get("capi-gpu.test/bootstrap") == "second"), (
                 "the new user-data's join did not register the node"
             )
-            assert _wait(lambda: sh.cloud_init_status() is hostfacts.CloudInit.DONE)
+            assert _wait(lambda: sh.cloud_init_status() is CloudInitState.DONE)
             assert sh.sentinel_present()
         assert os.readlink(host.guest_path("/var/lib/cloud/instance")) == "/var/lib/cloud/instances/machine-uid-2"
         assert host.read_file("/var/lib/cloud/instances/machine-uid-2/user-data.txt") == second.encode()

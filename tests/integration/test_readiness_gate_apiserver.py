@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import PoolReason
 from capi_gpu.readiness import decisions
 from capi_gpu_sim import binaries, controlplane
 
@@ -129,7 +130,7 @@ def test_node_gate_cycle(kubectl: Kubectl) -> None:
     assert decisions.node_gate_patch(node, ready, now()).empty
 
     # A taint change computed from an old read is refused, not applied over someone else's write.
-    gone = decisions.PoolVerdict("gex131-n", decisions.PoolReason.NO_SLICES, "no slices")
+    gone = decisions.PoolVerdict("gex131-n", PoolReason.NO_SLICES, "no slices")
     stale = decisions.node_gate_patch(node, gone, now())
     kubectl.ok("taint", "node", "gex131-n", "example.com/cordon=1:NoSchedule")
     (taint_write,) = [w for w in stale.ordered() if w.subresource is decisions.NodeSubresource.NODE]

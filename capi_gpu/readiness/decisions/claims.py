@@ -56,8 +56,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import GateReason, PoolReason
 from capi_gpu.readiness.decisions import node as node_decisions
 from capi_gpu.readiness.decisions import pools
+from capi_gpu.unstructured import as_map
 
 DEFAULT_GATE_GRACE = datetime.timedelta(seconds=60)
 _NAME_LIMIT = 253
@@ -69,17 +71,6 @@ class GateOutcome(enum.StrEnum):
     WAIT = "Wait"
     BIND = "Bind"
     FAIL = "Fail"
-
-
-class GateReason(enum.StrEnum):
-    """Reasons written on the gate device's conditions (and shown in the scheduler's PreBind error)."""
-
-    GPU_READY = "GPUReady"
-    NODE_UNKNOWN = "NodeUnknown"
-    NODE_NOT_READY = "NodeNotReady"
-    DEVICE_MISSING = "DeviceMissing"
-    DEVICE_TAINTED = "DeviceTainted"
-    NOT_COLOCATED = "NotColocated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +160,8 @@ def gate_slice(
 def gate_results(claim: Mapping[str, Any], *, gated_only: bool = True) -> list[Mapping[str, Any]]:
     """The claim's allocation results on our gate driver; with ``gated_only`` only those the scheduler
     copied binding conditions into (allocated while the node was not ready)."""
-    allocation = _map(_map(claim.get("status")).get("allocation"))
-    results = [_map(r) for r in _map(allocation.get("devices")).get("results") or []]
+    allocation = as_map(as_map(claim.get("status")).get("allocation"))
+    results = [as_map(r) for r in as_map(allocation.get("devices")).get("results") or []]
     return [
         r for r in results if r.get("driver") == domain.GATE_DRIVER and (r.get("bindingConditions") or not gated_only)
     ]
@@ -189,19 +180,19 @@ def claim_gate_decision(
     ``node_verdicts`` and ``current_pool_devices`` (from ``pools.current_pools``) are keyed by node name,
     which is also the NVIDIA and the gate pool name.
     """
-    status = _map(claim.get("status"))
-    allocation = _map(status.get("allocation"))
-    results = [_map(r) for r in _map(allocation.get("devices")).get("results") or []]
+    status = as_map(claim.get("status"))
+    allocation = as_map(status.get("allocation"))
+    results = [as_map(r) for r in as_map(allocation.get("devices")).get("results") or []]
     gates = [r for r in results if r.get("driver") == domain.GATE_DRIVER and r.get("bindingConditions")]
     if not gates:  # none, or bare: allocated on a ready node, the scheduler binds without us
         return ClaimGateDecision(GateOutcome.NOT_GATED)
-    existing = [_map(d) for d in status.get("devices") or []]
+    existing = [as_map(d) for d in status.get("devices") or []]
     node_name = str(gates[0].get("pool", ""))
     if _settled(gates, existing):
         return ClaimGateDecision(GateOutcome.SETTLED, node=node_name)
     gpus = [r for r in results if r.get("driver") == domain.NVIDIA_DRIVER]
     finding = _assess(node_name, gates, gpus, node_verdicts.get(node_name), current_pool_devices.get(node_name))
-    generation = _map(claim.get("metadata")).get("generation")
+    generation = as_map(claim.get("metadata")).get("generation")
     if finding is None:
         message = f"node {node_name} GPU ready and the claim's devices are in its current pool"
         entries = _entries(
@@ -257,7 +248,7 @@ def _assess(
 
 
 def _untolerated(node_name: str, result: Mapping[str, Any], device: pools.PoolDevice) -> _Finding | None:
-    tolerations = [_map(t) for t in result.get("tolerations") or []]
+    tolerations = [as_map(t) for t in result.get("tolerations") or []]
     untolerated = [t for t in device.blocking_taints if not any(_tolerates(x, t) for x in tolerations)]
     if not untolerated:
         return None
@@ -266,22 +257,17 @@ def _untolerated(node_name: str, result: Mapping[str, Any], device: pools.PoolDe
     return _Finding(GateReason.DEVICE_TAINTED, message, transient=False)
 
 
-def _transient(reason: pools.PoolReason) -> bool:
+def _transient(reason: PoolReason) -> bool:
     """Whether a node verdict may clear on its own within the grace period."""
     match reason:
         case (
-            pools.PoolReason.PLUGIN_NOT_RUNNING
-            | pools.PoolReason.NO_SLICES
-            | pools.PoolReason.POOL_INCOMPLETE
-            | pools.PoolReason.STALE_GENERATION
+            PoolReason.PLUGIN_NOT_RUNNING
+            | PoolReason.NO_SLICES
+            | PoolReason.POOL_INCOMPLETE
+            | PoolReason.STALE_GENERATION
         ):
             return True  # a restarting plugin (a relayout, a chart upgrade) comes back by itself
-        case (
-            pools.PoolReason.HOST_MISMATCH
-            | pools.PoolReason.LAYOUT_MISMATCH
-            | pools.PoolReason.DEVICE_TAINTED
-            | pools.PoolReason.READY
-        ):
+        case PoolReason.HOST_MISMATCH | PoolReason.LAYOUT_MISMATCH | PoolReason.DEVICE_TAINTED | PoolReason.READY:
             return False
         case _:
             typing.assert_never(reason)
@@ -300,8 +286,8 @@ def _tolerates(toleration: Mapping[str, Any], taint: pools.DeviceTaint) -> bool:
 
 def _settled(gates: Sequence[Mapping[str, Any]], existing: Sequence[Mapping[str, Any]]) -> bool:
     def true(entry: Mapping[str, Any] | None, condition: str) -> bool:
-        conditions = _map(entry).get("conditions") or []
-        return any(_map(c).get("type") == condition and _map(c).get("status") == "True" for c in conditions)
+        conditions = as_map(entry).get("conditions") or []
+        return any(as_map(c).get("type") == condition and as_map(c).get("status") == "True" for c in conditions)
 
     entries = [_matching(g, existing) for g in gates]
     bound = all(true(e, domain.GATE_BINDING_CONDITION) for e in entries)
@@ -323,8 +309,8 @@ def _entries(
     out = []
     for gate in gates:
         entry = {k: gate[k] for k in ("driver", "pool", "device", "shareID") if gate.get(k)}
-        previous = _map(_matching(gate, existing))
-        old = {str(_map(c).get("type")): _map(c) for c in previous.get("conditions") or []}
+        previous = as_map(_matching(gate, existing))
+        old = {str(as_map(c).get("type")): as_map(c) for c in previous.get("conditions") or []}
         conditions = [dict(c) for t, c in old.items() if t not in wanted]
         for condition_type, is_true in wanted.items():
             status = "True" if is_true else "False"
@@ -359,7 +345,9 @@ def device_status_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
 
 def merged_device_statuses(claim: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The claim's whole ``status.devices`` with ``entries`` upserted, for writers that replace the list."""
-    merged = {device_status_key(d): dict(d) for d in (_map(x) for x in _map(claim.get("status")).get("devices") or [])}
+    merged = {
+        device_status_key(d): dict(d) for d in (as_map(x) for x in as_map(claim.get("status")).get("devices") or [])
+    }
     for entry in entries:
         merged[device_status_key(entry)] = dict(entry)
     return list(merged.values())
@@ -372,15 +360,11 @@ def _matching(gate: Mapping[str, Any], existing: Sequence[Mapping[str, Any]]) ->
 
 def _allocated_at(claim: Mapping[str, Any]) -> datetime.datetime:
     """When the grace period started; falls back to the claim's creation, then to the epoch (fail now)."""
-    status = _map(claim.get("status"))
+    status = as_map(claim.get("status"))
     for raw in (
-        _map(status.get("allocation")).get("allocationTimestamp"),
-        _map(claim.get("metadata")).get("creationTimestamp"),
+        as_map(status.get("allocation")).get("allocationTimestamp"),
+        as_map(claim.get("metadata")).get("creationTimestamp"),
     ):
         if isinstance(raw, str) and raw:
             return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     return datetime.datetime.fromtimestamp(0, datetime.UTC)
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

@@ -32,6 +32,7 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.readiness.decisions import pools
+from capi_gpu.unstructured import as_map
 
 STARTUP_TAINT_EFFECT = "NoSchedule"
 MESSAGE_LIMIT = 4096
@@ -93,8 +94,8 @@ def node_gate_patch(
     """The Node changes that make ``GPUReady`` and the startup taint agree with ``verdict``."""
     status = "True" if verdict.ready else "False"
     message = truncate(verdict.message)
-    conditions = _map(node.get("status")).get("conditions") or []
-    previous = next((_map(c) for c in conditions if _map(c).get("type") == domain.GPU_READY_CONDITION), None)
+    conditions = as_map(node.get("status")).get("conditions") or []
+    previous = next((as_map(c) for c in conditions if as_map(c).get("type") == domain.GPU_READY_CONDITION), None)
     status_body: dict[str, Any] | None = None
     if previous is None or (previous.get("status"), previous.get("reason"), previous.get("message")) != (
         status,
@@ -119,7 +120,7 @@ def node_gate_patch(
 
 
 def _taint_ops(node: Mapping[str, Any], *, want_taint: bool) -> list[dict[str, Any]] | None:
-    taints = [dict(_map(t)) for t in _map(node.get("spec")).get("taints") or []]
+    taints = [dict(as_map(t)) for t in as_map(node.get("spec")).get("taints") or []]
     ours = [t for t in taints if t.get("key") == domain.NODE_STARTUP_TAINT]
     exact = len(ours) == 1 and ours[0].get("effect") == STARTUP_TAINT_EFFECT
     if exact if want_taint else not ours:
@@ -134,7 +135,7 @@ def _taint_ops(node: Mapping[str, Any], *, want_taint: bool) -> list[dict[str, A
             {"op": "replace", "path": "/spec/taints", "value": kept},
         ]
     ops: list[dict[str, Any]] = []
-    resource_version = _map(node.get("metadata")).get("resourceVersion")
+    resource_version = as_map(node.get("metadata")).get("resourceVersion")
     if resource_version:
         ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": str(resource_version)})
     ops.append({"op": "add", "path": "/spec/taints", "value": kept})
@@ -168,7 +169,3 @@ def machine_condition(
 
 def truncate(message: str) -> str:
     return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from capi_gpu.unstructured import as_map
+
 
 @dataclasses.dataclass(frozen=True)
 class PluginCheck:
@@ -31,13 +33,14 @@ def plugin_problem(pods: Iterable[Mapping[str, Any]], node_name: str, check: Plu
     """None when a plugin pod runs on ``node_name``; otherwise what is wrong, for the condition's message."""
     seen: list[str] = []
     for pod in pods:
-        meta, spec = _map(pod.get("metadata")), _map(pod.get("spec"))
+        meta, spec = as_map(pod.get("metadata")), as_map(pod.get("spec"))
         if spec.get("nodeName") != node_name or (check.namespace and meta.get("namespace") != check.namespace):
             continue
-        status = _map(pod.get("status"))
+        status = as_map(pod.get("status"))
         phase = str(status.get("phase") or "Pending")
         ready = any(
-            _map(c).get("type") == "Ready" and _map(c).get("status") == "True" for c in status.get("conditions") or []
+            as_map(c).get("type") == "Ready" and as_map(c).get("status") == "True"
+            for c in status.get("conditions") or []
         )
         if not meta.get("deletionTimestamp") and phase == "Running" and ready:
             return None
@@ -46,7 +49,3 @@ def plugin_problem(pods: Iterable[Mapping[str, Any]], node_name: str, check: Plu
     where = f"in namespace {check.namespace}" if check.namespace else "in any namespace"
     found = f": {', '.join(sorted(seen))}" if seen else ""
     return f"no {check.name} pod ({check.selector} {where}) Running and Ready on node {node_name}{found}"
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

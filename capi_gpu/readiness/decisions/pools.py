@@ -35,28 +35,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import PoolReason
+from capi_gpu.unstructured import as_map
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 GPU_LOST_TAINT = f"{domain.NVIDIA_XID_TAINT_PREFIX}gpu-lost"  # the driver's NVMLDeviceHealthCheck
 _LIST_LIMIT = 8
-
-
-class PoolReason(enum.StrEnum):
-    """Why a node's pool is (not) ready; declaration order is report priority."""
-
-    READY = "Ready"
-    HOST_MISMATCH = "HostMismatch"
-    PLUGIN_NOT_RUNNING = "PluginNotRunning"
-    NO_SLICES = "NoSlices"
-    POOL_INCOMPLETE = "PoolIncomplete"
-    STALE_GENERATION = "StaleGeneration"
-    LAYOUT_MISMATCH = "LayoutMismatch"
-    DEVICE_TAINTED = "DeviceTainted"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +165,8 @@ def current_pools(
     """The newest generation of every pool ``driver`` publishes for ``node_name``, keyed by pool name."""
     by_pool: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
     for item in slices:
-        spec = _map(item.get("spec"))
-        pool = _map(spec.get("pool"))
+        spec = as_map(item.get("spec"))
+        pool = as_map(spec.get("pool"))
         pool_name = str(pool.get("name", ""))
         on_node = spec.get("nodeName") == node_name or (not spec.get("nodeName") and pool_name == node_name)
         if spec.get("driver") == driver and on_node and pool_name:
@@ -188,16 +176,16 @@ def current_pools(
 
 def _newest(pool_name: str, specs: list[Mapping[str, Any]], driver: str) -> CurrentPool:
     def generation(spec: Mapping[str, Any]) -> int:
-        return int(_map(spec.get("pool")).get("generation", 0))
+        return int(as_map(spec.get("pool")).get("generation", 0))
 
     newest = max(generation(s) for s in specs)
     current = [s for s in specs if generation(s) == newest]
-    counts = {int(_map(s.get("pool")).get("resourceSliceCount", 1)) for s in current}
+    counts = {int(as_map(s.get("pool")).get("resourceSliceCount", 1)) for s in current}
     devices: dict[str, PoolDevice] = {}
     duplicates: set[str] = set()
     for spec in current:
         for raw in spec.get("devices") or ():
-            device = _device(_map(raw), driver)
+            device = _device(as_map(raw), driver)
             if device.name in devices:
                 duplicates.add(device.name)
             devices[device.name] = device
@@ -214,10 +202,10 @@ def _newest(pool_name: str, specs: list[Mapping[str, Any]], driver: str) -> Curr
 
 
 def _device(raw: Mapping[str, Any], driver: str) -> PoolDevice:
-    attributes = _map(raw.get("attributes"))
+    attributes = as_map(raw.get("attributes"))
     taints = tuple(
         DeviceTaint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
-        for t in (_map(x) for x in raw.get("taints") or ())
+        for t in (as_map(x) for x in raw.get("taints") or ())
     )
     return PoolDevice(
         name=str(raw.get("name", "")),
@@ -230,7 +218,7 @@ def _device(raw: Mapping[str, Any], driver: str) -> PoolDevice:
 
 def _attribute(attributes: Mapping[str, Any], name: str, driver: str) -> str:
     """A driver-domain attribute: unqualified in the slice, or qualified with the driver name."""
-    value = _map(attributes.get(name) or attributes.get(f"{driver}/{name}"))
+    value = as_map(attributes.get(name) or attributes.get(f"{driver}/{name}"))
     for kind in ("string", "version", "int", "bool"):
         if kind in value:
             return str(value[kind])
@@ -377,7 +365,3 @@ def _names(names: Iterable[str], *, keep_order: bool = False) -> str:
     items = list(names) if keep_order else sorted(names)
     shown = ", ".join(items[:_LIST_LIMIT])
     return f"{shown} and {len(items) - _LIST_LIMIT} more" if len(items) > _LIST_LIMIT else shown
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

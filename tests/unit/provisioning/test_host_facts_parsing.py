@@ -10,6 +10,7 @@ import pytest
 
 from capi_gpu.gpu import nvidia_smi
 from capi_gpu.provisioning import hostfacts
+from capi_gpu.provisioning.model import CloudInitState
 
 LSBLK_238 = {
     "blockdevices": [
@@ -102,17 +103,17 @@ def test_smart_health(text: str, ok: bool) -> None:
 @pytest.mark.parametrize(
     ("text", "state"),
     [
-        ("status: done\n", hostfacts.CloudInit.DONE),
-        ("\nstatus: running\n", hostfacts.CloudInit.RUNNING),
-        ("status: error\n", hostfacts.CloudInit.ERROR),
-        ("status: not run\n", hostfacts.CloudInit.NOT_STARTED),
-        ("status: not started\n", hostfacts.CloudInit.NOT_STARTED),
-        ("status: disabled\n", hostfacts.CloudInit.DISABLED),
-        ("status: degraded done\n", hostfacts.CloudInit.DONE),
-        ("bash: cloud-init: command not found\n", hostfacts.CloudInit.UNKNOWN),
+        ("status: done\n", CloudInitState.DONE),
+        ("\nstatus: running\n", CloudInitState.RUNNING),
+        ("status: error\n", CloudInitState.ERROR),
+        ("status: not run\n", CloudInitState.NOT_STARTED),
+        ("status: not started\n", CloudInitState.NOT_STARTED),
+        ("status: disabled\n", CloudInitState.DISABLED),
+        ("status: degraded done\n", CloudInitState.DONE),
+        ("bash: cloud-init: command not found\n", CloudInitState.UNKNOWN),
     ],
 )
-def test_cloud_init_status(text: str, state: hostfacts.CloudInit) -> None:
+def test_cloud_init_status(text: str, state: CloudInitState) -> None:
     assert hostfacts.parse_cloud_init_status(text) is state
 
 

@@ -10,8 +10,9 @@ import nvidia_slices as nv
 import pytest
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import GateReason, PoolReason
 from capi_gpu.readiness import decisions
-from capi_gpu.readiness.decisions import GateOutcome, GateReason, PoolReason
+from capi_gpu.readiness.decisions import GateOutcome
 
 NODE = "gex131-a"
 SHARE = "3f0c1c8e-2b9a-4f7e-a1d2-5c6b7a8e9f00"

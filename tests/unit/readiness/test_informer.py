@@ -1,9 +1,11 @@
 """The informer's list/watch contract: initial list then SYNCED, watch events in order, a relist after a
 410 reports objects deleted during the gap as DELETED with their last state, and a watch stream cut
-mid-chunk is retried instead of ending the thread."""
+mid-chunk is retried instead of ending the thread; a daemon's Feed hands every informer's changes to its
+loop's queue."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -13,7 +15,7 @@ from typing import Any
 from urllib3.exceptions import ProtocolError
 
 from capi_gpu.kube import RESOURCESLICES, Res
-from capi_gpu.readiness.informer import Change, Informer
+from capi_gpu.readiness.informer import Change, Feed, Informer
 
 
 class MemoryApi:
@@ -142,3 +144,26 @@ def test_a_cut_stream_is_resumed_not_fatal() -> None:
         assert api.lists == 1, "resumed from the resourceVersion, no relist"
     finally:
         informer.stop()
+
+
+def test_a_feed_hands_each_informers_changes_to_the_loop_and_stops_them_all() -> None:
+    async def scenario() -> tuple[set[tuple[str, str, str]], list[Informer]]:
+        api = MemoryApi()
+        api.put("a", "n1", quiet=True)
+        feed = Feed(api)  # type: ignore[arg-type]
+        feed.watch(RESOURCESLICES, "one")
+        feed.watch(RESOURCESLICES, "two")
+        got: set[tuple[str, str, str]] = set()
+        try:
+            while not {("one", "SYNCED", ""), ("two", "SYNCED", "")} <= got:
+                ch = await asyncio.wait_for(feed.queue.get(), timeout=5.0)
+                got.add((ch.kind, ch.type, ch.obj.get("metadata", {}).get("name", "")))
+        finally:
+            feed.stop()
+        return got, feed.informers
+
+    got, informers = asyncio.run(scenario())
+    assert {("one", "SYNC", "a"), ("two", "SYNC", "a")} <= got
+    for informer in informers:
+        informer._thread.join(timeout=2.0)
+        assert not informer._thread.is_alive()

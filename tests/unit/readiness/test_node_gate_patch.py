@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from capi_gpu import domain
+from capi_gpu.api.conditions import PoolReason
 from capi_gpu.readiness import decisions
-from capi_gpu.readiness.decisions import NodeSubresource, PoolReason
+from capi_gpu.readiness.decisions import NodeSubresource
 
 NOW = datetime.datetime(2026, 9, 1, 12, 0, 0, tzinfo=datetime.UTC)
 EARLIER = "2026-09-01T11:00:00Z"

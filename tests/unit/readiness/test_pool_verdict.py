@@ -8,8 +8,8 @@ from typing import Any
 import nvidia_slices as nv
 import pytest
 
+from capi_gpu.api.conditions import PoolReason
 from capi_gpu.readiness import decisions
-from capi_gpu.readiness.decisions import PoolReason
 
 NODE = "gex131-a"
 BALANCED = decisions.ExpectedPool(profiles={"1g.24gb": 2, "2g.48gb": 1})

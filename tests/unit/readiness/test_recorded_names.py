@@ -9,11 +9,11 @@ from typing import Any
 import nvidia_slices as nv
 import pytest
 
+from capi_gpu.api.conditions import PoolReason
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus, MigInstance
 from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineSpec
 from capi_gpu.api.specs import GPUSpec, MigLayout
 from capi_gpu.readiness import decisions, targets
-from capi_gpu.readiness.decisions import PoolReason
 
 NODE = "gex131-a"
 WANT = ["1g.24gb", "1g.24gb", "2g.48gb"]
