@@ -1,7 +1,7 @@
 """A reproducible image: the Dockerfile's base pinned by digest, every dependency installed from
 requirements.lock with hashes, the lock in step with pyproject.toml (each dependency pinned inside its
 range, nothing pinned without a hash), and the wheel leaving out capi_gpu_sim, with the CLI still working
-without it (the sim and dev commands drop out)."""
+without it (the sim and dev commands drop out), and a checkout's CLI finding them from any directory."""
 
 from __future__ import annotations
 
@@ -91,3 +91,20 @@ def test_the_cli_works_without_the_simulators(monkeypatch: pytest.MonkeyPatch) -
     commands = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     assert {"run", "hosts", "crds"} <= commands
     assert not commands & cli.NEEDS_SIM
+
+
+def test_a_checkout_s_capi_gpu_finds_the_simulators_from_anywhere(tmp_path: Path) -> None:
+    """``make dev`` runs the console script, whose sys.path has the venv's bin, not the checkout: the CLI
+    still offers ``sim`` and ``dev`` from the capi_gpu_sim beside the package."""
+    probe = (
+        "from capi_gpu import cli; print(' '.join(sorted(cli.build_parser()._subparsers._group_actions[0].choices)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin"},
+    ).stdout.split()
+    assert set(out) >= cli.NEEDS_SIM, out
