@@ -2,7 +2,7 @@
 # Builds the pinned upstream binaries the tests and `capi-gpu dev up` run against, into a cache
 # outside the repository keyed by version. Idempotent: a component whose stamp file exists is reused.
 #
-#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|helm|ca]...
+#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|helm|ca|cm]...
 #
 # Layout:  $CAPI_GPU_CACHE/bin/k8s-<ver>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
 #          $CAPI_GPU_CACHE/bin/kine-<ver>/kine
@@ -11,6 +11,7 @@
 #          $CAPI_GPU_CACHE/bin/clusterctl-<capi ver>/clusterctl
 #          $CAPI_GPU_CACHE/bin/helm-<ver>/helm
 #          $CAPI_GPU_CACHE/bin/cluster-autoscaler-<ver>/cluster-autoscaler  (clusterapi provider only)
+#          $CAPI_GPU_CACHE/bin/cert-manager-<ver>/{controller,cainjector,webhook,cert-manager.yaml}
 # KUBEBUILDER_ASSETS, when set, supplies kube-apiserver (and kubectl) instead of building them.
 set -euo pipefail
 
@@ -178,13 +179,55 @@ build_ca() { # cluster-autoscaler: the Go proxy refuses its module, so build fro
   log "cluster-autoscaler $CLUSTER_AUTOSCALER_VERSION: built into $out"
 }
 
+build_cm() { # cert-manager: controller, cainjector, webhook from the tag's source, vcert by `replace`
+  # (the Go proxy refuses github.com/Venafi/vcert/v5), plus its manifests rendered by the pinned helm
+  # from the chart in the same source, which clusterctl installs through its cert-manager URL setting.
+  local out=$BIN/cert-manager-$CERT_MANAGER_VERSION
+  if [ -f "$out/.done" ]; then log "cert-manager $CERT_MANAGER_VERSION: cached in $out"; return; fi
+  need_go
+  build_helm
+  local src=$WORK/cert-manager-$CERT_MANAGER_VERSION up=$here/../../shared/upstream
+  local tarball=${CM_SRC_TARBALL:-$up/cert-manager-${CERT_MANAGER_VERSION#v}-src.tar.gz}
+  local vtar=${VCERT_SRC_TARBALL:-$up/vcert-$VCERT_VERSION-src.tar.gz}
+  rm -rf "$src"; mkdir -p "$src"
+  if [ -f "$tarball" ] && [ -f "$vtar" ]; then
+    step="cert-manager: verify $tarball and $vtar"; log "$step"
+    echo "$CERT_MANAGER_SRC_SHA256  $tarball" | sha256sum -c --quiet -
+    echo "$VCERT_SRC_SHA256  $vtar" | sha256sum -c --quiet -
+    tar -xzf "$tarball" -C "$src"; tar -xzf "$vtar" -C "$src"
+  else
+    step="cert-manager: download $CERT_MANAGER_VERSION ($CERT_MANAGER_COMMIT) and vcert $VCERT_VERSION"; log "$step"
+    mkdir -p "$src/cert-manager-${CERT_MANAGER_VERSION#v}" "$src/vcert-$VCERT_VERSION"
+    curl -fsSL "https://github.com/cert-manager/cert-manager/archive/$CERT_MANAGER_COMMIT.tar.gz" \
+      | tar -xz -C "$src/cert-manager-${CERT_MANAGER_VERSION#v}" --strip-components=1
+    curl -fsSL "https://github.com/Venafi/vcert/archive/$VCERT_COMMIT.tar.gz" \
+      | tar -xz -C "$src/vcert-$VCERT_VERSION" --strip-components=1
+  fi
+  local root=$src/cert-manager-${CERT_MANAGER_VERSION#v} vc=$src/vcert-$VCERT_VERSION
+  mkdir -p "$out.tmp"
+  for c in controller cainjector webhook; do
+    step="cert-manager: go build $c (vcert replaced by $vc)"; log "$step"
+    (cd "$root" && go mod edit -replace "github.com/Venafi/vcert/v5=$vc")
+    (cd "$root/cmd/$c" && go mod edit -replace "github.com/Venafi/vcert/v5=$vc" \
+      && go build -trimpath -ldflags "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=$CERT_MANAGER_COMMIT" -o "$out.tmp/$c" .)
+  done
+  step="cert-manager: helm template the chart"; log "$step"
+  "$BIN/helm-$HELM_VERSION/helm" template cert-manager "$root/deploy/charts/cert-manager" -n cert-manager \
+    --kube-version "${KUBERNETES_VERSION}" --set crds.enabled=true \
+    --set image.tag="$CERT_MANAGER_VERSION" --set webhook.image.tag="$CERT_MANAGER_VERSION" \
+    --set cainjector.image.tag="$CERT_MANAGER_VERSION" --set startupapicheck.enabled=false \
+    > "$out.tmp/cert-manager.yaml"
+  rm -rf "$out" "$src"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "cert-manager $CERT_MANAGER_VERSION: built into $out"
+}
+
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_helm; build_ca ;;
+    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_helm; build_ca; build_cm ;;
     k8s) build_k8s ;; kine) build_kine ;; capi) build_capi ;; kustomize) build_kustomize ;;
-    clusterctl) build_clusterctl ;; helm) build_helm ;; ca) build_ca ;;
-    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|helm|ca)" >&2; exit 2 ;;
+    clusterctl) build_clusterctl ;; helm) build_helm ;; ca) build_ca ;; cm) build_cm ;;
+    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|helm|ca|cm)" >&2; exit 2 ;;
   esac
 done
 step=""
