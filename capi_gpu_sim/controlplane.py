@@ -70,6 +70,8 @@ class Options:
     with_capi: bool = True
     install_our_crds: bool = True
     capi_feature_gates: str = "MachineTaintPropagation=true"
+    service_cidr: str = "10.0.0.0/24"
+    """Where the apiserver allocates ClusterIPs; the pod runner's kube-proxy stand-in listens on them."""
 
 
 @dataclass
@@ -149,7 +151,7 @@ class ControlPlane:
                     f"--client-ca-file={self.ca.cert_path}",
                     f"--token-auth-file={tokens}",
                     "--authorization-mode=RBAC",
-                    "--service-cluster-ip-range=10.0.0.0/24",
+                    f"--service-cluster-ip-range={self.options.service_cidr}",
                     "--allow-privileged=true",
                     "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                     f"--service-account-issuer=https://127.0.0.1:{self.port}",
