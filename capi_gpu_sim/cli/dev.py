@@ -120,6 +120,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             pid_file.unlink(missing_ok=True)
     reap_strays(state / "controlplane" / "pids")
     registry.cleanup_stale()
-    left = registry.leftovers() if hasattr(registry, "leftovers") else []
+    # leftovers() answers every kind, each with a list; nothing is left when every list is empty.
+    left = {kind: names for kind, names in registry.leftovers().items() if names}
     print("dev environment stopped" + (f"; leftovers: {left}" if left else ""))
     return EXIT_FAILED if left else EXIT_OK
