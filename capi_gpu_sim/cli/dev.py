@@ -58,9 +58,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         world.start()
+        kubeconfig = world.write_user_kubeconfig()  # its context's namespace is the world's (gpu)
         print(
             f"== up in {time.monotonic() - t0:.0f}s (DRA add-ons by the operator's Ansible run: "
-            f"{world.addons_seconds or 0:.0f}s); kubeconfig: {world.cp.kubeconfig}",
+            f"{world.addons_seconds or 0:.0f}s); kubeconfig: {kubeconfig}",
             flush=True,
         )
         print(
@@ -89,7 +90,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         if args.exit:
             return EXIT_OK
-        print(f"\nEnvironment is up. export KUBECONFIG={world.cp.kubeconfig}\nCtrl-C or `capi-gpu dev down` stops it.")
+        print(
+            f"\nEnvironment is up. export KUBECONFIG={kubeconfig} (namespace {world.config.namespace})\n"
+            "Ctrl-C or `capi-gpu dev down` stops it."
+        )
         while not stop["now"]:
             time.sleep(1)
         return EXIT_OK
