@@ -301,9 +301,15 @@ class ControlPlane:
         self.kubeconfig.write_text(yaml.safe_dump(self.kubeconfig_dict()))
         self.kubeconfig.chmod(0o600)
 
-    def kubeconfig_dict(self, token: str | None = None, user: str = "admin") -> dict[str, Any]:
+    def kubeconfig_dict(
+        self, token: str | None = None, user: str = "admin", namespace: str | None = None
+    ) -> dict[str, Any]:
+        """``namespace``: the context's, for clients given no ``-n`` (kubectl, ``capi-gpu hosts``)."""
         import base64
 
+        context: dict[str, str] = {"cluster": "local", "user": user}
+        if namespace:
+            context["namespace"] = namespace
         return {
             "apiVersion": "v1",
             "kind": "Config",
@@ -318,7 +324,7 @@ class ControlPlane:
                 }
             ],
             "users": [{"name": user, "user": {"token": token or self.token}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+            "contexts": [{"name": "local", "context": context}],
         }
 
     def kube(self) -> Kube:

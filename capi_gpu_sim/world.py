@@ -110,6 +110,22 @@ class World:
         """How long start() waited, once the operator ran, for its add-ons run to set AddonsReady=True."""
 
     @property
+    def user_kubeconfig(self) -> Path:
+        """The kubeconfig handed to the user (``dev up`` prints it): admin, its context's namespace the
+        world's, so ``kubectl get`` and ``capi-gpu hosts list`` without ``-n`` see the world's objects.
+        The control plane's own admin kubeconfig stays without one (its components, tests, the workload
+        cluster's Secret)."""
+        return self.config.state_dir / "kubeconfig"
+
+    def write_user_kubeconfig(self) -> Path:
+        """Write ``user_kubeconfig`` (after ``start``: it needs the control plane's CA, port and token)."""
+        path = self.user_kubeconfig
+        path.touch(mode=0o600)
+        path.chmod(0o600)  # before the admin token goes in
+        path.write_text(yaml.safe_dump(self.cp.kubeconfig_dict(namespace=self.config.namespace)))
+        return path
+
+    @property
     def k(self) -> Kube:
         assert self.kube is not None
         return self.kube

@@ -58,9 +58,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         world.start()
+        kubeconfig = world.write_user_kubeconfig()  # its context's namespace is the world's (gpu)
         print(
             f"== up in {time.monotonic() - t0:.0f}s (DRA add-ons by the operator's Ansible run: "
-            f"{world.addons_seconds or 0:.0f}s); kubeconfig: {world.cp.kubeconfig}",
+            f"{world.addons_seconds or 0:.0f}s); kubeconfig: {kubeconfig}",
             flush=True,
         )
         print(
@@ -89,7 +90,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         if args.exit:
             return EXIT_OK
-        print(f"\nEnvironment is up. export KUBECONFIG={world.cp.kubeconfig}\nCtrl-C or `capi-gpu dev down` stops it.")
+        print(
+            f"\nEnvironment is up. export KUBECONFIG={kubeconfig} (namespace {world.config.namespace})\n"
+            "Ctrl-C or `capi-gpu dev down` stops it."
+        )
         while not stop["now"]:
             time.sleep(1)
         return EXIT_OK
@@ -120,6 +124,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             pid_file.unlink(missing_ok=True)
     reap_strays(state / "controlplane" / "pids")
     registry.cleanup_stale()
-    left = registry.leftovers() if hasattr(registry, "leftovers") else []
+    # leftovers() answers every kind, each with a list; nothing is left when every list is empty.
+    left = {kind: names for kind, names in registry.leftovers().items() if names}
     print("dev environment stopped" + (f"; leftovers: {left}" if left else ""))
     return EXIT_FAILED if left else EXIT_OK
