@@ -45,6 +45,8 @@ KCM_CONTROLLERS = ",".join(
         "pod-garbage-collector-controller",
         # cluster-autoscaler drains only pods a controller recreates; its e2e runs them as ReplicaSets.
         "replicaset-controller",
+        # The release's Deployments (ours, cert-manager's) roll out to ReplicaSets the pod runner runs.
+        "deployment-controller",
     ]
 )
 REPO_CRDS = binaries.REPO / "crds"

@@ -212,11 +212,14 @@ build_cm() { # cert-manager: controller, cainjector, webhook from the tag's sour
       && go build -trimpath -ldflags "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=$CERT_MANAGER_COMMIT" -o "$out.tmp/$c" .)
   done
   step="cert-manager: helm template the chart"; log "$step"
+  # The release asset (cert-manager.yaml) starts with its Namespace; `helm template -n` leaves it out, and
+  # clusterctl installs the objects as they are.
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cert-manager\n---\n' > "$out.tmp/cert-manager.yaml"
   "$BIN/helm-$HELM_VERSION/helm" template cert-manager "$root/deploy/charts/cert-manager" -n cert-manager \
     --kube-version "${KUBERNETES_VERSION}" --set crds.enabled=true \
     --set image.tag="$CERT_MANAGER_VERSION" --set webhook.image.tag="$CERT_MANAGER_VERSION" \
-    --set cainjector.image.tag="$CERT_MANAGER_VERSION" --set startupapicheck.enabled=false \
-    > "$out.tmp/cert-manager.yaml"
+    --set cainjector.image.tag="$CERT_MANAGER_VERSION" --set acmesolver.image.tag="$CERT_MANAGER_VERSION" \
+    --set startupapicheck.enabled=false >> "$out.tmp/cert-manager.yaml"
   rm -rf "$out" "$src"; mv "$out.tmp" "$out"; touch "$out/.done"
   log "cert-manager $CERT_MANAGER_VERSION: built into $out"
 }
