@@ -70,7 +70,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-addons", action="store_true", help="don't install the DRA add-ons into workload clusters")
     p.add_argument("--addons-chart", default="", help="dra-driver-nvidia-gpu chart location (mirror or .tgz path)")
     p.add_argument("--helm", default="helm", help="helm binary for the add-ons playbook")
-    p.add_argument("--gate-plugin-image", default="", help="image of the gate driver's kubelet plugin")
+    p.add_argument(
+        "--gate-plugin-image",
+        default="",
+        help="image of the gate driver's kubelet plugin (the shipped Deployment sets the operator's own; "
+        "empty: config/dra/gate-plugin-daemonset.yaml's development image)",
+    )
     p.add_argument("--webhook-port", type=int, default=0, help="validating webhook port, HTTPS (0: off)")
     p.add_argument("--webhook-address", default="0.0.0.0", help="validating webhook listen address")
     p.add_argument(
