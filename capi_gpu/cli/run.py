@@ -13,6 +13,8 @@ from capi_gpu import logs
 
 if TYPE_CHECKING:
     from capi_gpu.leader import Elector
+    from capi_gpu.runtime.deps import Deps
+    from capi_gpu.runtime.settings import Settings
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
@@ -101,10 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from capi_gpu.controllers import handlers
-    from capi_gpu.kube import AsyncKube, Kube
-    from capi_gpu.provisioning.addons import AnsibleAddons
-    from capi_gpu.provisioning.ansible import AnsibleRunner
-    from capi_gpu.runtime.deps import Deps, RobotClients
     from capi_gpu.runtime.settings import Settings
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
@@ -138,19 +136,8 @@ def run(args: argparse.Namespace) -> int:
         webhook_cert_dir=args.webhook_cert_dir,
     )
 
-    def make_deps() -> Deps:
-        # As many kept connections as call threads (and a few for watches): the client's default, 5 per CPU,
-        # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
-        workers = 16
-        kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig, pool_size=workers + 4), workers=workers)
-        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
-        installer = None
-        if settings.addons:
-            installer = AnsibleAddons(artifacts_root=settings.artifacts_dir / "addons", helm_binary=settings.helm)
-        return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings), addons=installer)
-
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, settings, make_deps)
+    handlers.register(registry, settings, lambda: make_deps(args.kubeconfig, settings))
     if args.kubeconfig:
         import os
 
@@ -177,6 +164,35 @@ def run(args: argparse.Namespace) -> int:
         )
 
     return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None))
+
+
+def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
+    from capi_gpu.kube import AsyncKube, Kube
+    from capi_gpu.provisioning.addons import AnsibleAddons
+    from capi_gpu.provisioning.ansible import AnsibleRunner
+    from capi_gpu.runtime.deps import Deps, RobotClients
+
+    # As many kept connections as call threads (and a few for watches): the client's default, 5 per CPU,
+    # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
+    workers = 16
+    kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=workers + 4), workers=workers)
+    # The webhook's own threads and connections: on the shared pool, a burst of the very writes it admits
+    # held every thread past the apiserver's 10 s webhook timeout, and failurePolicy Fail refused them all.
+    webhook_kube = None
+    if settings.webhook_port:
+        webhook_kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=2), workers=2)
+    runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
+    installer = None
+    if settings.addons:
+        installer = AnsibleAddons(artifacts_root=settings.artifacts_dir / "addons", helm_binary=settings.helm)
+    return Deps(
+        kube=kube,
+        settings=settings,
+        runner=runner,
+        robots=RobotClients(settings),
+        addons=installer,
+        webhook_kube=webhook_kube,
+    )
 
 
 async def lead_then(operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None) -> int:

@@ -49,7 +49,9 @@ def _handler(kind: str) -> Any:
     async def validate(body: kopf.Body, old: kopf.Body | None, operation: str | None, memo: Any, **_: Any) -> None:
         if operation == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
             return
-        hosts = await memo.deps.kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
+        # Its own client: the shared pool can be busy with the writes this very webhook admits (run.make_deps).
+        kube = memo.deps.webhook_kube or memo.deps.kube
+        hosts = await kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
         found = admission.refusals(kind, dict(body), hosts, catalog.builtin_catalog())
         if found:
             raise kopf.AdmissionError("; ".join(str(r) for r in found), code=422)
