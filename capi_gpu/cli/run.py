@@ -13,6 +13,7 @@ from capi_gpu import logs
 
 if TYPE_CHECKING:
     from capi_gpu.leader import Elector
+    from capi_gpu.probes import Probes
     from capi_gpu.runtime.deps import Deps
     from capi_gpu.runtime.settings import Settings
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -47,7 +48,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="namespace of the Lease (default: $POD_NAMESPACE, else capi-gpu-system)",
     )
     p.add_argument("--leader-election-id", default="capi-gpu-leader", help="name of the Lease")
-    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
+    p.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="liveness endpoint, from start (a standby too); /readyz beside it: 200 only while leading (empty: off)",
+    )
     p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0: off)")
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--no-gate", action="store_true", help="don't run the readiness gate")
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from capi_gpu.controllers import handlers
+    from capi_gpu.probes import Probes
     from capi_gpu.runtime.settings import Settings
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
@@ -159,11 +165,13 @@ def run(args: argparse.Namespace) -> int:
             clusterwide=settings.namespace is None,
             namespaces=[settings.namespace] if settings.namespace else [],
             standalone=True,
-            liveness_endpoint=args.liveness or None,
             stop_flag=stop,
+            ready_flag=probes.up if probes else None,
         )
 
-    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None))
+    # Our own probe server, not kopf's liveness_endpoint: kopf's would only answer once this replica leads.
+    probes = Probes(args.liveness) if args.liveness else None
+    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None, probes))
 
 
 def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
@@ -195,19 +203,39 @@ def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
     )
 
 
-async def lead_then(operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None) -> int:
+async def lead_then(
+    operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None, probes: Probes | None = None
+) -> int:
     """Run ``operate`` (until it returns), only while ``elector`` holds the Lease when there is one. A lost
-    Lease stops it and exits non-zero, so the container restarts as a candidate; a clean stop releases it."""
+    Lease stops it and exits non-zero, so the container restarts as a candidate; a clean stop releases it.
+    ``probes`` answer from the start, a standby candidate included (capi_gpu/probes.py says why)."""
+    if probes is None:
+        return await _lead_then(operate, elector, None)
+    runner = await probes.start()
+    try:
+        return await _lead_then(operate, elector, probes)
+    finally:
+        await runner.cleanup()
+
+
+async def _lead_then(
+    operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None, probes: Probes | None
+) -> int:
     stop = asyncio.Event()
     if elector is None:
+        if probes is not None:
+            probes.leading = True
         await operate(stop)
         return EXIT_OK
-    # kopf serves liveness only once it runs: a standby candidate has no /healthz until it leads.
     await elector.acquire()
+    if probes is not None:
+        probes.leading = True
     keeper = asyncio.create_task(elector.keep(stop))
     try:
         await operate(stop)
     finally:
+        if probes is not None:
+            probes.leading = False
         stop.set()
         await keeper
     if elector.lost:

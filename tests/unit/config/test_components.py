@@ -106,6 +106,8 @@ def test_manager_deployment(components: list[dict[str, Any]]) -> None:
     assert "--gate-plugin-image=$(CAPI_GPU_IMAGE)" in args
     assert {"name": "CAPI_GPU_IMAGE", "value": manager["image"]} in manager["env"]
     assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    # Ready only while leading (capi_gpu/probes.py): the webhook Service reaches the leader alone.
+    assert manager["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healthz"}
     sc = manager["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
