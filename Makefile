@@ -111,7 +111,8 @@ lock: ## regenerate requirements.lock from pyproject.toml (needs uv)
 # (<OUT>/infrastructure-hetzner-gpu/<version>/, docs/clusterctl.md): point a provider's url at its
 # infrastructure-components.yaml. The image is set through a throw-away overlay (kustomize edit on a
 # copy, never on config/), so `make release-manifests IMG=ghcr.io/capi-gpu/capi-gpu:v0.1.0` leaves the
-# tree clean.
+# tree clean. The overlay repeats config/manager's replacement after its own images, so the gate plugin's
+# image (--gate-plugin-image, through $CAPI_GPU_IMAGE) is IMG as well (config/manager/image_replacement.yaml).
 RELEASE_VERSION ?= v0.1.0
 RELEASE_DIR = $(OUT)/infrastructure-hetzner-gpu/$(RELEASE_VERSION)
 .PHONY: release-manifests
@@ -120,6 +121,8 @@ release-manifests: $(KUSTOMIZE) ## out/infrastructure-hetzner-gpu/v0.1.0/: compo
 	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n' \
 	  "$$(realpath -m --relative-to=$(OUT)/.overlay config/default)" > $(OUT)/.overlay/kustomization.yaml
 	cd $(OUT)/.overlay && $(abspath $(KUSTOMIZE)) edit set image $(IMG_BASE)=$(IMG)
+	printf 'replacements:\n  - path: %s\n' \
+	  "$$(realpath -m --relative-to=$(OUT)/.overlay config/manager/image_replacement.yaml)" >> $(OUT)/.overlay/kustomization.yaml
 	$(KUSTOMIZE_BUILD) $(OUT)/.overlay > $(RELEASE_DIR)/infrastructure-components.yaml
 	rm -rf $(OUT)/.overlay
 	cp config/clusterctl/metadata.yaml config/clusterctl/cluster-template*.yaml $(RELEASE_DIR)/

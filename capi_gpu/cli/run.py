@@ -13,6 +13,9 @@ from capi_gpu import logs
 
 if TYPE_CHECKING:
     from capi_gpu.leader import Elector
+    from capi_gpu.probes import Probes
+    from capi_gpu.runtime.deps import Deps
+    from capi_gpu.runtime.settings import Settings
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
@@ -45,7 +48,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="namespace of the Lease (default: $POD_NAMESPACE, else capi-gpu-system)",
     )
     p.add_argument("--leader-election-id", default="capi-gpu-leader", help="name of the Lease")
-    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
+    p.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="liveness endpoint, from start (a standby too); /readyz beside it: 200 only while leading (empty: off)",
+    )
     p.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0: off)")
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--no-gate", action="store_true", help="don't run the readiness gate")
@@ -70,7 +77,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-addons", action="store_true", help="don't install the DRA add-ons into workload clusters")
     p.add_argument("--addons-chart", default="", help="dra-driver-nvidia-gpu chart location (mirror or .tgz path)")
     p.add_argument("--helm", default="helm", help="helm binary for the add-ons playbook")
-    p.add_argument("--gate-plugin-image", default="", help="image of the gate driver's kubelet plugin")
+    p.add_argument(
+        "--gate-plugin-image",
+        default="",
+        help="image of the gate driver's kubelet plugin (the shipped Deployment sets the operator's own; "
+        "empty: config/dra/gate-plugin-daemonset.yaml's development image)",
+    )
     p.add_argument("--webhook-port", type=int, default=0, help="validating webhook port, HTTPS (0: off)")
     p.add_argument("--webhook-address", default="0.0.0.0", help="validating webhook listen address")
     p.add_argument(
@@ -96,10 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from capi_gpu.controllers import handlers
-    from capi_gpu.kube import AsyncKube, Kube
-    from capi_gpu.provisioning.addons import AnsibleAddons
-    from capi_gpu.provisioning.ansible import AnsibleRunner
-    from capi_gpu.runtime.deps import Deps, RobotClients
+    from capi_gpu.probes import Probes
     from capi_gpu.runtime.settings import Settings
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
@@ -133,19 +142,8 @@ def run(args: argparse.Namespace) -> int:
         webhook_cert_dir=args.webhook_cert_dir,
     )
 
-    def make_deps() -> Deps:
-        # As many kept connections as call threads (and a few for watches): the client's default, 5 per CPU,
-        # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
-        workers = 16
-        kube = AsyncKube(Kube.in_cluster_or_kubeconfig(args.kubeconfig, pool_size=workers + 4), workers=workers)
-        runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
-        installer = None
-        if settings.addons:
-            installer = AnsibleAddons(artifacts_root=settings.artifacts_dir / "addons", helm_binary=settings.helm)
-        return Deps(kube=kube, settings=settings, runner=runner, robots=RobotClients(settings), addons=installer)
-
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, settings, make_deps)
+    handlers.register(registry, settings, lambda: make_deps(args.kubeconfig, settings))
     if args.kubeconfig:
         import os
 
@@ -167,26 +165,77 @@ def run(args: argparse.Namespace) -> int:
             clusterwide=settings.namespace is None,
             namespaces=[settings.namespace] if settings.namespace else [],
             standalone=True,
-            liveness_endpoint=args.liveness or None,
             stop_flag=stop,
+            ready_flag=probes.up if probes else None,
         )
 
-    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None))
+    # Our own probe server, not kopf's liveness_endpoint: kopf's would only answer once this replica leads.
+    probes = Probes(args.liveness) if args.liveness else None
+    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None, probes))
 
 
-async def lead_then(operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None) -> int:
+def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
+    from capi_gpu.kube import AsyncKube, Kube
+    from capi_gpu.provisioning.addons import AnsibleAddons
+    from capi_gpu.provisioning.ansible import AnsibleRunner
+    from capi_gpu.runtime.deps import Deps, RobotClients
+
+    # As many kept connections as call threads (and a few for watches): the client's default, 5 per CPU,
+    # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
+    workers = 16
+    kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=workers + 4), workers=workers)
+    # The webhook's own threads and connections: on the shared pool, a burst of the very writes it admits
+    # held every thread past the apiserver's 10 s webhook timeout, and failurePolicy Fail refused them all.
+    webhook_kube = None
+    if settings.webhook_port:
+        webhook_kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=2), workers=2)
+    runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
+    installer = None
+    if settings.addons:
+        installer = AnsibleAddons(artifacts_root=settings.artifacts_dir / "addons", helm_binary=settings.helm)
+    return Deps(
+        kube=kube,
+        settings=settings,
+        runner=runner,
+        robots=RobotClients(settings),
+        addons=installer,
+        webhook_kube=webhook_kube,
+    )
+
+
+async def lead_then(
+    operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None, probes: Probes | None = None
+) -> int:
     """Run ``operate`` (until it returns), only while ``elector`` holds the Lease when there is one. A lost
-    Lease stops it and exits non-zero, so the container restarts as a candidate; a clean stop releases it."""
+    Lease stops it and exits non-zero, so the container restarts as a candidate; a clean stop releases it.
+    ``probes`` answer from the start, a standby candidate included (capi_gpu/probes.py says why)."""
+    if probes is None:
+        return await _lead_then(operate, elector, None)
+    runner = await probes.start()
+    try:
+        return await _lead_then(operate, elector, probes)
+    finally:
+        await runner.cleanup()
+
+
+async def _lead_then(
+    operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None, probes: Probes | None
+) -> int:
     stop = asyncio.Event()
     if elector is None:
+        if probes is not None:
+            probes.leading = True
         await operate(stop)
         return EXIT_OK
-    # kopf serves liveness only once it runs: a standby candidate has no /healthz until it leads.
     await elector.acquire()
+    if probes is not None:
+        probes.leading = True
     keeper = asyncio.create_task(elector.keep(stop))
     try:
         await operate(stop)
     finally:
+        if probes is not None:
+            probes.leading = False
         stop.set()
         await keeper
     if elector.lost:

@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from capi_gpu import domain
+from capi_gpu.controllers.webhook_tls import ReloadingWebhookServer
 from capi_gpu.gpu import catalog
 from capi_gpu.kube import ours
 from capi_gpu.provisioning import admission
@@ -27,14 +28,20 @@ WEBHOOKS: dict[str, tuple[str, str]] = {
     "validate-hetznergpumachinetemplate": ("hetznergpumachinetemplates", "HetznerGPUMachineTemplate"),
 }
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"  # as cert-manager writes them into the Secret
+CERT_CHECK_S = 2.0  # two stat calls; the kubelet's own Secret sync takes up to a minute or so
 G, V = domain.GROUP, domain.VERSION
 
 
 def server(address: str, port: int, cert_dir: Path) -> kopf.WebhookServer:
-    """Serves the certificate cert-manager (or the simulator's CA) issued; kopf reads it once at start,
-    so a renewed certificate takes effect when the pod restarts (cert-manager renews 30 days early)."""
-    return kopf.WebhookServer(
-        addr=address, port=port, certfile=str(cert_dir / CERT_FILE), pkeyfile=str(cert_dir / KEY_FILE)
+    """Serves the certificate cert-manager (or the simulator's CA) issued, and a renewed one from the first
+    handshake after the kubelet updates the mounted Secret (checked every ``CERT_CHECK_S``), without a
+    restart; a renewal that doesn't load is logged and the previous certificate keeps serving."""
+    return ReloadingWebhookServer(
+        addr=address,
+        port=port,
+        certfile=cert_dir / CERT_FILE,
+        pkeyfile=cert_dir / KEY_FILE,
+        check_interval_s=CERT_CHECK_S,
     )
 
 
@@ -49,7 +56,9 @@ def _handler(kind: str) -> Any:
     async def validate(body: kopf.Body, old: kopf.Body | None, operation: str | None, memo: Any, **_: Any) -> None:
         if operation == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
             return
-        hosts = await memo.deps.kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
+        # Its own client: the shared pool can be busy with the writes this very webhook admits (run.make_deps).
+        kube = memo.deps.webhook_kube or memo.deps.kube
+        hosts = await kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
         found = admission.refusals(kind, dict(body), hosts, catalog.builtin_catalog())
         if found:
             raise kopf.AdmissionError("; ".join(str(r) for r in found), code=422)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +16,8 @@ from capi_gpu.cli import EXIT_FAILED, EXIT_OK
 from capi_gpu.cli.run import lead_then
 from capi_gpu.kube import Conflict, KubeError
 from capi_gpu.leader import Action, Elector, decide
+from capi_gpu.probes import Probes
+from capi_gpu_sim.controlplane import free_port
 
 
 def lease(holder: str | None, duration: int = 15) -> dict[str, Any]:
@@ -199,3 +203,62 @@ def test_without_leader_election_the_operator_just_runs() -> None:
 
     assert asyncio.run(lead_then(operate, None)) == EXIT_OK
     assert ran == [False]
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+async def _eventually(url: str, want: int) -> int:
+    got = 0
+    for _ in range(100):
+        got = await asyncio.to_thread(_status, url)
+        if got == want:
+            break
+        await asyncio.sleep(0.05)
+    return got
+
+
+def test_a_standby_candidate_is_alive_but_not_ready_until_it_leads_and_kopf_is_up(
+    clock: Clock, elector: Callable[[LeaseStore, str], Elector]
+) -> None:
+    """Issue 28: kopf's /healthz only came up once this replica led, so the livenessProbe killed every
+    standby (a restart loop with two replicas). Now /healthz answers from the start and /readyz says
+    whether this replica leads with kopf up (the webhook Service sends traffic only to it)."""
+    store = LeaseStore()
+    assert elector(store, "other").try_once()
+    e = Elector(store, "ns", "l", "me", retry_s=0.01, clock=clock)  # type: ignore[arg-type]
+    base = f"http://127.0.0.1:{free_port()}"
+    probes = Probes(f"{base}/healthz")
+    kopf_up, finish = asyncio.Event(), asyncio.Event()
+
+    async def operate(stop: asyncio.Event) -> None:
+        await kopf_up.wait()
+        probes.up.set()  # what kopf.operator(ready_flag=...) does once it runs
+        await finish.wait()
+
+    async def scenario() -> int:
+        task = asyncio.create_task(lead_then(operate, e, probes))
+        try:
+            assert await _eventually(f"{base}/healthz", 200) == 200  # a standby is alive
+            assert await asyncio.to_thread(_status, f"{base}/readyz") == 503
+            await asyncio.sleep(0.1)
+            assert await asyncio.to_thread(_status, f"{base}/healthz") == 200
+            clock.now += 16  # "other" stopped renewing: we lead, kopf not yet up
+            for _ in range(100):
+                if probes.leading:
+                    break
+                await asyncio.sleep(0.01)
+            assert await asyncio.to_thread(_status, f"{base}/readyz") == 503
+            kopf_up.set()
+            assert await _eventually(f"{base}/readyz", 200) == 200
+            assert await asyncio.to_thread(_status, f"{base}/healthz") == 200
+        finally:
+            finish.set()
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(scenario()) == EXIT_OK

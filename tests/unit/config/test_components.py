@@ -102,7 +102,12 @@ def test_manager_deployment(components: list[dict[str, Any]]) -> None:
     ports = {p["name"]: p["containerPort"] for p in manager["ports"]}
     assert ports == {"healthz": 8080, "metrics": 9090, "webhook-server": 9443}
     assert "--liveness=http://0.0.0.0:8080/healthz" in args
+    # The gate plugin runs the operator's image: the arg names the env var kustomize fills from `image`.
+    assert "--gate-plugin-image=$(CAPI_GPU_IMAGE)" in args
+    assert {"name": "CAPI_GPU_IMAGE", "value": manager["image"]} in manager["env"]
     assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    # Ready only while leading (capi_gpu/probes.py): the webhook Service reaches the leader alone.
+    assert manager["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healthz"}
     sc = manager["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False

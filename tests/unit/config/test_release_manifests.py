@@ -5,6 +5,7 @@ namespace, metadata for the release series, both template flavors), exactly as d
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ def test_components_are_the_default_build_with_the_release_image(
         if d["kind"] == "Deployment":
             for c in d["spec"]["template"]["spec"]["containers"]:
                 c["image"] = "ghcr.io/capi-gpu/capi-gpu:dev"
+                for e in c.get("env", []):  # the gate plugin's image follows the manager's
+                    if e["name"] == "CAPI_GPU_IMAGE":
+                        e["value"] = "ghcr.io/capi-gpu/capi-gpu:dev"
     assert built == components
     assert [d["metadata"]["name"] for d in built if d["kind"] == "Namespace"] == ["capi-gpu-system"]
     assert all(d["metadata"]["labels"][domain.PROVIDER_LABEL] == domain.PROVIDER_NAME for d in built)
@@ -98,6 +102,8 @@ def test_clusterctl_installs_the_release_with_no_variables_set(release: Path, tm
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--namespace=*", "--watch-filter=*"} <= set(args)
+    # clusterctl's envsubst leaves the kubelet's $(VAR) alone.
+    assert "--gate-plugin-image=$(CAPI_GPU_IMAGE)" in args
     # clusterctl moves everything namespaced into the target namespace it is given.
     moved = h.clusterctl(
         ["generate", "provider", "--infrastructure", "hetzner-gpu:v0.1.0", "--target-namespace", "gpu-infra"],
@@ -131,3 +137,21 @@ def test_clusterctl_generates_both_flavors_from_the_release(release: Path, tmp_p
     kinds = {d["kind"] for d in docs}
     assert {"Cluster", "HetznerGPUCluster", "MachineDeployment", "MachineHealthCheck"} <= kinds
     assert ("KubeadmControlPlane" in kinds) == (flavor == "")
+
+
+def test_every_image_in_the_release_is_img(release: Path) -> None:
+    """Issue 28: the gate plugin's image reached workload clusters as `:dev` after a release install. The
+    operator hands --gate-plugin-image to the add-ons playbook; the release must set it to IMG too."""
+    text = (release / "infrastructure-components.yaml").read_text()
+    assert ":dev" not in text
+    built = [d for d in yaml.safe_load_all(text) if d]
+    (deployment,) = [d for d in built if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    containers = pod["containers"] + pod.get("initContainers", [])
+    assert [c["image"] for c in containers] == [IMG] * len(containers)
+    (manager,) = [c for c in containers if c["name"] == "manager"]
+    env = {e["name"]: e.get("value") for e in manager.get("env", [])}
+    flags = [a.split("=", 1)[1] for a in manager["args"] if a.startswith("--gate-plugin-image=")]
+    # The kubelet expands $(VAR) in args from the container's env.
+    resolved = [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)] or "", f) for f in flags]
+    assert resolved == [IMG]
