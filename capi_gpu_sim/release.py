@@ -34,7 +34,7 @@ CAPI_VERSION = binaries.versions()["CAPI_VERSION"]
 CM_VERSION = binaries.versions()["CERT_MANAGER_VERSION"]
 SYSTEM_NAMESPACE = "capi-gpu-system"
 DEPLOYMENT = "capi-gpu-controller-manager"
-INIT_TIMEOUT_S = 600.0
+INIT_TIMEOUT_S = 300.0
 
 
 def provider_crd() -> dict[str, Any]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,8 +171,32 @@ def run(args: argparse.Namespace) -> int:
         )
 
     # Our own probe server, not kopf's liveness_endpoint: kopf's would only answer once this replica leads.
-    probes = Probes(args.liveness) if args.liveness else None
-    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None, probes))
+    probes = Probes(args.liveness, webhook=bool(settings.webhook_port)) if args.liveness else None
+    webhook = make_webhook(args.kubeconfig, settings)
+    return asyncio.run(lead_then(operate, make_elector(args) if args.leader_elect else None, probes, webhook))
+
+
+Serve = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+
+def make_webhook(kubeconfig: str | None, settings: Settings) -> Serve | None:
+    """The webhook, served by every replica from the start (controllers/webhook.serve), with a client of
+    its own: two threads and connections that the operator's writes never hold."""
+    if not settings.webhook_port:
+        return None
+    from capi_gpu.controllers import webhook
+    from capi_gpu.kube import AsyncKube, Kube
+
+    kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=2), workers=2)
+    server = webhook.server(settings.webhook_address, settings.webhook_port, settings.webhook_cert_dir)
+
+    async def serve(serving: asyncio.Event) -> None:
+        try:
+            await webhook.serve(server, kube, serving)
+        finally:
+            kube.close()
+
+    return serve
 
 
 def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
@@ -184,11 +209,6 @@ def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
     # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
     workers = 16
     kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=workers + 4), workers=workers)
-    # The webhook's own threads and connections: on the shared pool, a burst of the very writes it admits
-    # held every thread past the apiserver's 10 s webhook timeout, and failurePolicy Fail refused them all.
-    webhook_kube = None
-    if settings.webhook_port:
-        webhook_kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=2), workers=2)
     runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
     installer = None
     if settings.addons:
@@ -199,23 +219,30 @@ def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
         runner=runner,
         robots=RobotClients(settings),
         addons=installer,
-        webhook_kube=webhook_kube,
     )
 
 
 async def lead_then(
-    operate: Callable[[asyncio.Event], Awaitable[None]], elector: Elector | None, probes: Probes | None = None
+    operate: Callable[[asyncio.Event], Awaitable[None]],
+    elector: Elector | None,
+    probes: Probes | None = None,
+    webhook: Serve | None = None,
 ) -> int:
     """Run ``operate`` (until it returns), only while ``elector`` holds the Lease when there is one. A lost
     Lease stops it and exits non-zero, so the container restarts as a candidate; a clean stop releases it.
-    ``probes`` answer from the start, a standby candidate included (capi_gpu/probes.py says why)."""
-    if probes is None:
-        return await _lead_then(operate, elector, None)
-    runner = await probes.start()
+    ``probes`` and ``webhook`` serve from the start, on a standby candidate too (capi_gpu/probes.py)."""
+    runner = await probes.start() if probes is not None else None
+    serving = probes.serving if probes is not None else asyncio.Event()
+    hook: asyncio.Task[None] | None = asyncio.create_task(webhook(serving)) if webhook is not None else None
     try:
         return await _lead_then(operate, elector, probes)
     finally:
-        await runner.cleanup()
+        if hook is not None:
+            hook.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hook
+        if runner is not None:
+            await runner.cleanup()
 
 
 async def _lead_then(

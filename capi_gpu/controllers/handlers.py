@@ -26,7 +26,6 @@ from capi_gpu.controllers import (
     machine_loop,
     remediation_loop,
     template_loop,
-    webhook,
 )
 from capi_gpu.readiness import gate_runner
 from capi_gpu.runtime.deps import Deps
@@ -82,10 +81,6 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(memo: Any, **kwargs: Any) -> None:
         configure(kwargs["settings"])  # kopf's OperatorSettings; ``settings`` here is ours
-        if settings.webhook_port:
-            kwargs["settings"].admission.server = webhook.server(
-                settings.webhook_address, settings.webhook_port, settings.webhook_cert_dir
-            )
         # asyncio.to_thread (every SSH step, blocking for seconds) shares the default executor: size it for
         # every host provisioning at once, not for the CPU count (min(32, CPUs + 4) is 6 on 2 CPUs).
         io_threads = 2 * settings.provisioning_limit + 8
@@ -106,8 +101,6 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, make_deps: Fac
     if settings.gate:
         _gate(registry, when)
     _autoscaler(registry, settings, when)
-    if settings.webhook_port:  # kopf refuses to start with validate handlers and no server
-        webhook.register(registry)
     _ = (startup, cleanup)
 
 

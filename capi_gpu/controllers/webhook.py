@@ -10,6 +10,7 @@ never be blocked by what its spec already said. The handler ids are the URL path
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import kopf
 from capi_gpu import domain
 from capi_gpu.controllers.webhook_tls import ReloadingWebhookServer
 from capi_gpu.gpu import catalog
-from capi_gpu.kube import ours
+from capi_gpu.kube import AsyncKube, ours
 from capi_gpu.provisioning import admission
 
 # handler id (the webhook's URL path) -> (plural, kind)
@@ -45,22 +46,36 @@ def server(address: str, port: int, cert_dir: Path) -> kopf.WebhookServer:
     )
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
-    for handler_id, (plural, kind) in WEBHOOKS.items():
-        kopf.on.validate(G, V, plural, id=handler_id, registry=registry, operations=["CREATE", "UPDATE"])(
-            _handler(kind)
-        )
+async def answer(review: dict[str, Any], handler_id: str, kube: AsyncKube) -> dict[str, Any]:
+    """The AdmissionReview response for one request to ``/<handler_id>``: allowed, or refused with every
+    reason at once (422). Only a spec change is checked (the module docstring says why)."""
+    request = review.get("request") or {}
+    out: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    reply = {"apiVersion": review.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview", "response": out}
+    if handler_id not in WEBHOOKS:
+        out.update(allowed=False, status={"code": 404, "message": f"no webhook at /{handler_id}"})
+        return reply
+    _plural, kind = WEBHOOKS[handler_id]
+    body, old = request.get("object") or {}, request.get("oldObject")
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return reply
+    if request.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
+        return reply
+    hosts = await kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
+    found = admission.refusals(kind, dict(body), hosts, catalog.builtin_catalog())
+    if found:
+        out.update(allowed=False, status={"code": 422, "message": "; ".join(str(r) for r in found)})
+    return reply
 
 
-def _handler(kind: str) -> Any:
-    async def validate(body: kopf.Body, old: kopf.Body | None, operation: str | None, memo: Any, **_: Any) -> None:
-        if operation == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
-            return
-        # Its own client: the shared pool can be busy with the writes this very webhook admits (run.make_deps).
-        kube = memo.deps.webhook_kube or memo.deps.kube
-        hosts = await kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
-        found = admission.refusals(kind, dict(body), hosts, catalog.builtin_catalog())
-        if found:
-            raise kopf.AdmissionError("; ".join(str(r) for r in found), code=422)
+async def serve(server: kopf.WebhookServer, kube: AsyncKube, serving: asyncio.Event) -> None:
+    """Serve every webhook until cancelled, on every replica, leader or not: outside kopf, which runs only
+    on the leader, so a failover never leaves our kinds without their webhook (failurePolicy Fail). Its own
+    client (``kube``): on the operator's shared pool, a burst of the very writes it admits held every
+    thread past the apiserver's 10 s timeout."""
 
-    return validate
+    async def fn(request: Any, *, webhook: str | None = None, **_: Any) -> Any:
+        return await answer(request, webhook or "", kube)
+
+    async for _config in server(fn):  # yields once it listens, then serves until cancelled
+        serving.set()

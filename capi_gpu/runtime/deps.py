@@ -174,8 +174,6 @@ class Deps:
     shell_factory: Callable[[ssh.Endpoint, ssh.Credentials], ssh.HostShell] = ssh.ParamikoShell
     addons: addons.AddonsInstaller | None = None
     """Installs each workload cluster's DRA add-ons (playbooks/addons.yml); None: the operator leaves them alone."""
-    webhook_kube: AsyncKube | None = None
-    """The validating webhook's client, with its own threads (``--webhook-port`` only); None: ``kube``."""
     features_checked: set[tuple[str, str]] = field(default_factory=set)
     """Clusters (namespace, name) whose apiserver this process has checked for the gate's fields."""
     provisioning: set[tuple[str, str]] = field(default_factory=set)

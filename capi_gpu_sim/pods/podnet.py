@@ -105,7 +105,9 @@ def listener(host: str, port: int) -> socket.socket:
 def dialer(host: str, port: int, netns: str | None = None) -> Callable[[], socket.socket]:
     def dial() -> socket.socket:
         if netns is None:
-            return socket.create_connection((host, port), timeout=5)
+            conn = socket.create_connection((host, port), timeout=5)
+            conn.settimeout(None)  # the connect's bound only: a watch stream stays idle for minutes
+            return conn
         s = in_netns(netns, socket.socket)
         s.settimeout(5)
         try:

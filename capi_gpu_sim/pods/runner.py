@@ -1,7 +1,6 @@
 """The management node's kubelet: runs the pods scheduled to it as processes built from their manifests.
 
-It registers one Node (the management cluster's control-plane node: the control-plane role label and its
-NoSchedule taint, so only pods that tolerate it, as CAPI providers' managers do, land there), watches the
+It registers one Node (the management cluster's control-plane node, labelled with the role), watches the
 pods bound to it, and for each: hands out a pod IP, writes its volumes (emptyDir, Secret and ConfigMap
 keys, refreshed when they change, and the ServiceAccount token from the TokenRequest API, bound to the
 pod), starts each container (``container.Container``) and writes the pod's status back. A pod being
@@ -74,6 +73,7 @@ class Pod:
         self._dirty = threading.Event()
         self.error = ""
         self.network: podnet.PodNetwork | None = None
+        self._stopped = threading.Event()
 
     # -- volumes --------------------------------------------------------------------------------------------
 
@@ -146,8 +146,20 @@ class Pod:
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         grace = float(self.spec.get("terminationGracePeriodSeconds", 30))
+        # As the kubelet: a pod whose Secret or ConfigMap isn't there yet waits in ContainerCreating, retried.
+        while not self._stopped.is_set():
+            try:
+                self.refresh_volumes()
+                break
+            except (podspec.SpecError, KubeError, OSError) as exc:
+                if str(exc) != self.error:
+                    self.error = str(exc)
+                    self.write_status()
+                self._stopped.wait(1.0)
+        if self._stopped.is_set():
+            return
+        self.error = ""
         try:
-            self.refresh_volumes()
             entries = [images.resolve(c["image"], self.runner.config.table) for c in self.spec["containers"]]
             if any(e.own_netns for e in entries):
                 ports = [int(p["containerPort"]) for c in self.spec["containers"] for p in c.get("ports") or []]
@@ -176,6 +188,7 @@ class Pod:
         self.write_status()
 
     def stop(self, grace_s: float | None = None) -> None:
+        self._stopped.set()
         threads = [threading.Thread(target=c.stop, args=(grace_s,)) for c in self.containers]
         for t in threads:
             t.start()
@@ -270,7 +283,9 @@ class PodRunner:
                 "name": self.config.node_name,
                 "labels": {CONTROL_PLANE_ROLE: "", "kubernetes.io/os": "linux"},
             },
-            "spec": {"taints": [{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]},
+            # Untainted, as kind leaves its one control-plane node: third-party charts (cert-manager's) carry
+            # no toleration for the control-plane taint. Our own pods tolerate it all the same.
+            "spec": {},
         }
         self.kube.apply(NODES, node)
         capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}

@@ -223,39 +223,44 @@ async def _eventually(url: str, want: int) -> int:
     return got
 
 
-def test_a_standby_candidate_is_alive_but_not_ready_until_it_leads_and_kopf_is_up(
+def test_a_standby_candidate_is_alive_and_serves_the_webhook_before_it_leads(
     clock: Clock, elector: Callable[[LeaseStore, str], Elector]
 ) -> None:
     """Issue 28: kopf's /healthz only came up once this replica led, so the livenessProbe killed every
-    standby (a restart loop with two replicas). Now /healthz answers from the start and /readyz says
-    whether this replica leads with kopf up (the webhook Service sends traffic only to it)."""
+    standby (a restart loop with two replicas). Now /healthz answers from the start, and /readyz once the
+    webhook serves, which every replica does, leader or not; leadership is reported, not required."""
     store = LeaseStore()
     assert elector(store, "other").try_once()
     e = Elector(store, "ns", "l", "me", retry_s=0.01, clock=clock)  # type: ignore[arg-type]
     base = f"http://127.0.0.1:{free_port()}"
-    probes = Probes(f"{base}/healthz")
-    kopf_up, finish = asyncio.Event(), asyncio.Event()
+    probes = Probes(f"{base}/healthz", webhook=True)
+    listening, finish, served = asyncio.Event(), asyncio.Event(), []
 
     async def operate(stop: asyncio.Event) -> None:
-        await kopf_up.wait()
         probes.up.set()  # what kopf.operator(ready_flag=...) does once it runs
         await finish.wait()
 
+    async def webhook(serving: asyncio.Event) -> None:
+        await listening.wait()
+        serving.set()
+        served.append(probes.leading)
+        await asyncio.Event().wait()  # serves until cancelled
+
     async def scenario() -> int:
-        task = asyncio.create_task(lead_then(operate, e, probes))
+        task = asyncio.create_task(lead_then(operate, e, probes, webhook))
         try:
             assert await _eventually(f"{base}/healthz", 200) == 200  # a standby is alive
-            assert await asyncio.to_thread(_status, f"{base}/readyz") == 503
-            await asyncio.sleep(0.1)
-            assert await asyncio.to_thread(_status, f"{base}/healthz") == 200
-            clock.now += 16  # "other" stopped renewing: we lead, kopf not yet up
+            assert await asyncio.to_thread(_status, f"{base}/readyz") == 503  # its webhook not yet up
+            listening.set()
+            assert await _eventually(f"{base}/readyz", 200) == 200  # serving, still standby
+            assert served == [False] and not probes.leading
+            clock.now += 16  # "other" stopped renewing: we lead
             for _ in range(100):
-                if probes.leading:
+                if probes.leading and probes.up.is_set():
                     break
                 await asyncio.sleep(0.01)
-            assert await asyncio.to_thread(_status, f"{base}/readyz") == 503
-            kopf_up.set()
-            assert await _eventually(f"{base}/readyz", 200) == 200
+            assert probes.leading
+            assert await asyncio.to_thread(_status, f"{base}/readyz") == 200
             assert await asyncio.to_thread(_status, f"{base}/healthz") == 200
         finally:
             finish.set()

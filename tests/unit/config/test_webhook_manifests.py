@@ -42,14 +42,23 @@ def test_configuration_points_at_the_service_and_the_handler_ids(components: lis
 
 def test_cert_manager_injects_the_ca_of_the_mounted_certificate(components: list[dict[str, Any]]) -> None:
     config = one(components, "ValidatingWebhookConfiguration")
-    cert = one(components, "Certificate")
     service = one(components, "Service")
-    meta = cert["metadata"]
-    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{meta['namespace']}/{meta['name']}"
+    ns, name = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].split("/")
+    (cert,) = [d for d in components if d["kind"] == "Certificate" and d["metadata"]["name"] == name]
+    assert cert["metadata"]["namespace"] == ns
     svc = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     assert svc in cert["spec"]["dnsNames"]
-    issuer = one(components, "Issuer")
-    assert cert["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    # The serving certificate comes from a CA Issuer whose CA a self-signed Issuer made: renewing the
+    # serving certificate keeps the injected caBundle (the CA), so no window refuses our writes.
+    issuers = {d["metadata"]["name"]: d for d in components if d["kind"] == "Issuer"}
+    assert cert["spec"]["issuerRef"]["kind"] == "Issuer"
+    ca_issuer = issuers[cert["spec"]["issuerRef"]["name"]]
+    (ca,) = [
+        d
+        for d in components
+        if d["kind"] == "Certificate" and d["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"]
+    ]
+    assert ca["spec"]["isCA"] is True and "selfSigned" in issuers[ca["spec"]["issuerRef"]["name"]]["spec"]
 
     deployment = one(components, "Deployment")
     pod = deployment["spec"]["template"]["spec"]

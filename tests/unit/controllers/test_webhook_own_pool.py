@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import kopf
-import pytest
 import yaml
 
 from capi_gpu.cli import run
 from capi_gpu.controllers import webhook
-from capi_gpu.kube import ours
+from capi_gpu.kube import AsyncKube, Kube, ours
 from capi_gpu.runtime.settings import Settings
 
 API = "infrastructure.cluster.x-k8s.io/v1alpha1"
@@ -42,6 +39,8 @@ class Stuck:
 
 
 class Hosts:
+    """A client that answers at once with ``objs``."""
+
     def __init__(self, *objs: dict[str, Any]) -> None:
         self.objs = list(objs)
 
@@ -64,19 +63,23 @@ def kubeconfig(tmp: Path) -> str:
     return str(path)
 
 
-def test_only_a_webhook_gets_its_own_client(tmp_path: Path) -> None:
-    assert run.make_deps(kubeconfig(tmp_path), Settings(webhook_port=0)).webhook_kube is None
-    deps = run.make_deps(kubeconfig(tmp_path), Settings(webhook_port=9443))
-    assert deps.webhook_kube is not None
-    assert deps.webhook_kube is not deps.kube and deps.webhook_kube.sync is not deps.kube.sync
+def review(obj: dict[str, Any]) -> dict[str, Any]:
+    request = {"uid": "u1", "operation": "CREATE", "object": obj}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def test_only_a_webhook_port_makes_a_webhook(tmp_path: Path) -> None:
+    assert run.make_webhook(kubeconfig(tmp_path), Settings(webhook_port=0)) is None
+    assert run.make_webhook(kubeconfig(tmp_path), Settings(webhook_port=9443)) is not None
 
 
 async def test_webhook_answers_while_the_shared_pool_is_full(tmp_path: Path) -> None:
     deps = run.make_deps(kubeconfig(tmp_path), Settings(webhook_port=9443))
     stuck = Stuck()
     deps.kube.sync = stuck  # type: ignore[assignment]
-    assert deps.webhook_kube is not None
-    deps.webhook_kube.sync = Hosts(host("a", 1))  # type: ignore[assignment]
+    # What make_webhook builds: a client of its own (two threads), never the operator's.
+    own = AsyncKube(Kube.from_kubeconfig(kubeconfig(tmp_path), pool_size=2), workers=2)
+    own.sync = Hosts(host("a", 1))  # type: ignore[assignment]
     burst = [asyncio.ensure_future(deps.kube.list(ours("hetznergpuhosts"))) for _ in range(40)]
     try:
         for _ in range(100):
@@ -84,12 +87,12 @@ async def test_webhook_answers_while_the_shared_pool_is_full(tmp_path: Path) -> 
                 break
             await asyncio.sleep(0.05)
         assert stuck.entered == 16, "the shared pool should be full"
-        validate = webhook._handler("HetznerGPUHost")
-        memo = SimpleNamespace(deps=deps)
         # A second host for Robot server 1 is refused: the list of hosts came back, within the bound.
-        with pytest.raises(kopf.AdmissionError, match="server 1 already has HetznerGPUHost gpu/a"):
-            await asyncio.wait_for(validate(body=host("b", 1), old=None, operation="CREATE", memo=memo), 5)
-        await asyncio.wait_for(validate(body=host("c", 2), old=None, operation="CREATE", memo=memo), 5)
+        refused = await asyncio.wait_for(webhook.answer(review(host("b", 1)), "validate-hetznergpuhost", own), 5)
+        assert refused["response"]["allowed"] is False
+        assert "server 1 already has HetznerGPUHost gpu/a" in refused["response"]["status"]["message"]
+        allowed = await asyncio.wait_for(webhook.answer(review(host("c", 2)), "validate-hetznergpuhost", own), 5)
+        assert allowed["response"] == {"uid": "u1", "allowed": True}
     finally:
         stuck.release.set()
         await asyncio.gather(*burst)
