@@ -57,9 +57,8 @@ def wrapped(launch: Launch) -> list[str]:
     """The argv run under ``unshare --mount``: join the cgroup, bind the volumes, exec the program."""
     script = ['echo $$ > "$CG/cgroup.procs"']
     for source, target in launch.binds:
-        script.append(
-            f"mkdir -p {shlex.quote(target)} && mount --bind {shlex.quote(str(source))} {shlex.quote(target)}"
-        )
+        src, dst = shlex.quote(str(source)), shlex.quote(target)
+        script.append(f"mkdir -p {dst} && mount --bind {src} {dst}")
     script.append('exec "$@"')
     return [
         *launch.prefix,

@@ -33,6 +33,7 @@ CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 TOKEN_SECONDS = 3600
 REFRESH_S = 2.0  # how often volumes are compared with their Secrets/ConfigMaps (the kubelet: ~1 min)
 TOKEN_REQUEST = "authentication.k8s.io/v1"
+VOLUMES_ROOT = Path("/run/capigpu-pods")
 
 
 def _now() -> str:
@@ -78,7 +79,9 @@ class Pod:
     # -- volumes --------------------------------------------------------------------------------------------
 
     def volume_dir(self, name: str) -> Path:
-        return self.dir / "volumes" / name
+        # Under /run, as the kubelet keeps them under /var/lib/kubelet: never below a path a pod mounts over
+        # (an emptyDir on /tmp would hide a volume directory under the test's /tmp from the mounts after it).
+        return VOLUMES_ROOT / self.runner.config.cgroup_prefix / f"{self.uid[:8]}" / name
 
     def refresh_volumes(self) -> None:
         k = self.runner.kube
@@ -268,6 +271,7 @@ class PodRunner:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> PodRunner:
+        shutil.rmtree(VOLUMES_ROOT / self.config.cgroup_prefix, ignore_errors=True)  # a killed run's leftovers
         self.register_node()
         for target, name in ((self._watch, "pod-runner-watch"), (self._sync, "pod-runner-sync")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -324,7 +328,7 @@ class PodRunner:
                     self._forget(uid)
                 for kind, obj in self.kube.watch(PODS, field_selector=selector, timeout_seconds=60, stop=self._stop):
                     self._event(kind, obj)
-            except Exception as exc:  # noqa: BLE001 - a dropped watch (urllib3's ProtocolError among others) restarts
+            except Exception as exc:
                 if not self._stop.is_set():
                     log.info("pod runner watch: %s; again", exc)
                     self._stop.wait(1.0)
@@ -354,7 +358,7 @@ class PodRunner:
         pod.stop(None if grace is None else float(grace))
         with contextlib.suppress(KubeError):
             self.kube.delete(PODS, pod.name, pod.namespace, grace_period_seconds=0)
-        shutil.rmtree(pod.dir / "volumes", ignore_errors=True)
+        shutil.rmtree(VOLUMES_ROOT / self.config.cgroup_prefix / pod.uid[:8], ignore_errors=True)
 
     def _forget(self, uid: str) -> None:
         with self._lock:
@@ -409,3 +413,4 @@ class PodRunner:
             t.join(60)
         for t in self._threads:
             t.join(5)
+        shutil.rmtree(VOLUMES_ROOT / self.config.cgroup_prefix, ignore_errors=True)
