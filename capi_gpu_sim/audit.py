@@ -14,8 +14,11 @@ from pathlib import Path
 
 from capi_gpu import domain
 
-# Our group's writes at Metadata level, nothing else (RequestReceived is dropped: ResponseComplete carries
-# the outcome and the time the change was committed).
+OPERATOR_USER = "system:serviceaccount:capi-gpu-system:capi-gpu-controller-manager"
+
+# Our group's writes at Metadata level, and every request of the release's operator (its ServiceAccount:
+# a Forbidden anywhere is a rule the shipped RBAC lacks); nothing else (RequestReceived is dropped:
+# ResponseComplete carries the outcome and the time the change was committed).
 POLICY = f"""\
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -25,6 +28,8 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
   resources:
   - group: {domain.GROUP}
+- level: Metadata
+  users: [{OPERATOR_USER}]
 - level: None
 """
 
@@ -45,6 +50,45 @@ def flags(workdir: Path) -> list[str]:
     policy = workdir / "audit-policy.yaml"
     policy.write_text(POLICY)
     return [f"--audit-policy-file={policy}", f"--audit-log-path={log_path(workdir)}", "--audit-log-maxbackup=0"]
+
+
+@dataclass(frozen=True)
+class Response:
+    user: str
+    verb: str
+    resource: str
+    namespace: str
+    name: str
+    code: int
+    message: str
+
+
+def responses(path: Path) -> list[Response]:
+    """Every completed request the policy logs, whatever its outcome (``writes`` keeps the successes)."""
+    out: list[Response] = []
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if event.get("stage") != "ResponseComplete":
+            continue
+        ref, status = event.get("objectRef") or {}, event.get("responseStatus") or {}
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        out.append(
+            Response(
+                user=str((event.get("user") or {}).get("username", "")),
+                verb=str(event.get("verb", "")),
+                resource=f"{ref.get('resource', '')}{sub}",
+                namespace=str(ref.get("namespace", "")),
+                name=str(ref.get("name", "")),
+                code=int(status.get("code") or 0),
+                message=str(status.get("message", "")),
+            )
+        )
+    return out
 
 
 def log_path(workdir: Path) -> Path:

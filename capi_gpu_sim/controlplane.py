@@ -50,6 +50,12 @@ KCM_CONTROLLERS = ",".join(
     ]
 )
 REPO_CRDS = binaries.REPO / "crds"
+KUBERNETES_SERVICE_NAMES = [
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+]
 
 
 class ControlPlaneError(RuntimeError):
@@ -99,6 +105,13 @@ class ControlPlane:
         return self.workdir / "admin.kubeconfig"
 
     @property
+    def kubernetes_service_ip(self) -> str:
+        """The first address of the Service range: the apiserver gives it to the `kubernetes` Service."""
+        import ipaddress
+
+        return str(next(ipaddress.ip_network(self.options.service_cidr).hosts()))
+
+    @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
@@ -116,8 +129,14 @@ class ControlPlane:
         pkidir = self.workdir / "pki"
         self.ca = pki.CA(pkidir)
         sa = pki.service_account_keys(pkidir)
+        # The names and the ClusterIP of the `kubernetes` Service, as kubeadm's apiserver certificate has them:
+        # pods reach the apiserver there (kopf's in-cluster login dials https://kubernetes.default.svc).
         serving = self.ca.serving(
-            "apiserver", ["localhost"], ["127.0.0.1"], cert_name="apiserver.crt", key_name="apiserver.key"
+            "apiserver",
+            ["localhost", *KUBERNETES_SERVICE_NAMES],
+            ["127.0.0.1", self.kubernetes_service_ip],
+            cert_name="apiserver.crt",
+            key_name="apiserver.key",
         )
         self.token = secrets.token_hex(16)
         tokens = self.workdir / "tokens.csv"

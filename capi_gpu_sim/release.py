@@ -156,7 +156,11 @@ def repository(root: Path, components_yaml: str) -> Path:
     config = {
         "providers": [
             {"name": "cluster-api", "type": "CoreProvider", "url": f"file://{core}/core-components.yaml"},
-            {"name": "hetzner-gpu", "type": "InfrastructureProvider", "url": f"file://{ours}/infrastructure-components.yaml"},
+            {
+                "name": "hetzner-gpu",
+                "type": "InfrastructureProvider",
+                "url": f"file://{ours}/infrastructure-components.yaml",
+            },
         ],
         "cert-manager": {"url": f"file://{cm}/cert-manager.yaml", "version": CM_VERSION},
     }

@@ -26,17 +26,21 @@ from capi_gpu.kube import (
     CAPI_MACHINEDEPLOYMENTS,
     DEVICECLASSES,
     NAMESPACES,
+    PODS,
     RESOURCECLAIMTEMPLATES,
     SECRETS,
     Kube,
     Res,
     ours,
 )
-from capi_gpu_sim import aptrepo, binaries, controlplane_object, identity, node_pods, nvidia_chart, templates
+from capi_gpu_sim import aptrepo, binaries, controlplane_object, identity, node_pods, nvidia_chart, release, templates
 from capi_gpu_sim import webhook as simhook
 from capi_gpu_sim.controlplane import ControlPlane, Options, free_port
 from capi_gpu_sim.fleet import Fleet, FleetConfig
 from capi_gpu_sim.hosts import cgroups, keys
+from capi_gpu_sim.pods.runner import Config as RunnerConfig
+from capi_gpu_sim.pods.runner import PodRunner
+from capi_gpu_sim.pods.services import ServiceProxy
 from capi_gpu_sim.robot import RobotSim
 
 T = TypeVar("T")
@@ -77,6 +81,13 @@ class WorldConfig:
     # up in 13-14 s without it, 31-39 s with it; four starts, 3 Dec 2026), about 3-4 min over CI's ~10 worlds,
     # which a suite at 56 of its 60 min can't take; what they test doesn't depend on who applied the chart.
     addons: bool = False
+    # Install the provider as a user does (capi_gpu_sim/release.py): `make release-manifests`' components
+    # through the test-only overlay config/sim and `clusterctl init`, with cert-manager, the webhook, the
+    # shipped RBAC and ``replicas`` replicas, run by the pod runner. Off: the operator runs as a process of
+    # the test (kill/restart at any step, as the crash-fault tests need), as cluster-admin unless
+    # ``operator_rbac``.
+    release: bool = False
+    replicas: int = 1
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -93,9 +104,18 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: fl
 class World:
     def __init__(self, config: WorldConfig) -> None:
         self.config = config
+        self.service_cidr = f"127.64.{secrets.randbelow(250) + 1}.0/24"
         self.cp = ControlPlane(
-            config.state_dir / "controlplane", Options(binding_timeout_seconds=config.binding_timeout)
+            config.state_dir / "controlplane",
+            Options(
+                binding_timeout_seconds=config.binding_timeout,
+                install_our_crds=not config.release,
+                service_cidr=self.service_cidr,
+            ),
         )
+        self.pods: PodRunner | None = None
+        self.services: ServiceProxy | None = None
+        self.init_seconds: float | None = None
         self.robot: RobotSim | None = None
         self.fleet: Fleet | None = None
         self.operator: subprocess.Popen[bytes] | None = None
@@ -151,20 +171,55 @@ class World:
             self._namespace_and_secrets()
             if not cfg.addons:
                 self._addons_by_hand()
+            if cfg.release:
+                self.install_release()
             self.register_hosts()
             self.apply_cluster()
-            if cfg.operator_rbac:
-                path = cfg.state_dir / "operator.kubeconfig"
-                self.operator_kubeconfig = identity.operator_kubeconfig(self.cp, self.k, path)
-            self.start_operator()
-            if cfg.webhook:
-                self._install_webhook()
+            if not cfg.release:
+                if cfg.operator_rbac:
+                    path = cfg.state_dir / "operator.kubeconfig"
+                    self.operator_kubeconfig = identity.operator_kubeconfig(self.cp, self.k, path)
+                self.start_operator()
+                if cfg.webhook:
+                    self._install_webhook()
             if cfg.addons:
                 self.wait_addons_ready()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def install_release(self) -> None:
+        """The pod runner and the Service stand-in, then `clusterctl init` of the release (cert-manager
+        first), waiting until both are available; sets ``init_seconds``."""
+        cfg = self.config
+        slot = self.fleet.slot if self.fleet is not None else 0
+        octet = self.service_cidr.split(".")[2]
+        self.pods = PodRunner(
+            self.cp.kube(),
+            RunnerConfig(
+                cfg.state_dir / "pods",
+                ("127.0.0.1", self.cp.port),
+                self.cp.kubernetes_service_ip,
+                self.cp.ca.pem,
+                f"127.65.{octet}.",
+                f"f{slot}-pod",
+            ),
+        ).start()
+        api = ("127.0.0.1", self.cp.port)
+        self.services = ServiceProxy(self.cp.kube(), self.service_cidr, self.pods.endpoints, api).start()
+        release.record_core(self.cp, self.k)
+        extra = [*self._addons_args(), *cfg.operator_args]
+        overlay = release.world_overlay(cfg.state_dir / "overlay", self.playbook_vars_file(), extra, cfg.replicas)
+        config = release.repository(cfg.state_dir / "repository", release.components(overlay))
+        assert self.robot is not None
+        variables = {"CAPI_GPU_SIM_ROBOT_URL": self.robot.url, "CAPI_GPU_SIM_TIMING_SCALE": str(cfg.timing_scale)}
+        out, self.init_seconds = release.init(self.cp.kubeconfig, config, cfg.state_dir / "clusterctl", variables)
+        (cfg.state_dir / "clusterctl-init.log").write_text(out)
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        """The manager Deployment's pods (release worlds)."""
+        return self.k.list(PODS, release.SYSTEM_NAMESPACE, label_selector="control-plane=controller-manager")
 
     def _install_webhook(self) -> None:
         wait_for("the operator's webhook to listen", lambda: simhook.listening(self.webhook_port), 60)
@@ -391,7 +446,9 @@ class World:
         return self.k.list(HOSTS, self.config.namespace)
 
     def operator_logs(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.config.state_dir.glob("operator-*.log")))
+        """Every operator process's output: the test's processes, or the manager pods' containers."""
+        paths = [*self.config.state_dir.glob("operator-*.log"), *self.config.state_dir.glob("pods/*/manager.log")]
+        return "".join(p.read_text(errors="replace") for p in sorted(paths))
 
     def dump(self) -> Path:
         """Events and statuses of everything, for a post-mortem (a failed test prints the path)."""
@@ -427,6 +484,11 @@ class World:
         with contextlib.suppress(Exception):
             self.dump()
         self.kill_operator(15)
+        if self.services is not None:
+            self.services.stop()
+        if self.pods is not None:
+            self.pods.stop()
+            self.pods.kube.close()
         if self.node_pods is not None:
             self.node_pods.stop()
             self.node_pods.kube.close()

@@ -58,7 +58,7 @@ def wrapped(launch: Launch) -> list[str]:
     script = ['echo $$ > "$CG/cgroup.procs"']
     for source, target in launch.binds:
         src, dst = shlex.quote(str(source)), shlex.quote(target)
-        script.append(f"mkdir -p {dst} && mount --bind {src} {dst}")
+        script.append(f"{{ [ -e {dst} ] || mkdir -p {dst}; }} && mount --bind {src} {dst}")
     script.append('exec "$@"')
     return [
         *launch.prefix,

@@ -34,6 +34,12 @@ TOKEN_SECONDS = 3600
 REFRESH_S = 2.0  # how often volumes are compared with their Secrets/ConfigMaps (the kubelet: ~1 min)
 TOKEN_REQUEST = "authentication.k8s.io/v1"
 VOLUMES_ROOT = Path("/run/capigpu-pods")
+KUBERNETES_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 def _now() -> str:
@@ -43,7 +49,8 @@ def _now() -> str:
 @dataclass
 class Config:
     state_dir: Path
-    api: tuple[str, int]  # where a pod reaches the apiserver (KUBERNETES_SERVICE_HOST/PORT)
+    api: tuple[str, int]  # the apiserver on the machine's loopback (what a pod in its own netns dials)
+    kubernetes_service_ip: str  # the `kubernetes` Service's ClusterIP (everyone else: port 443, and DNS)
     ca_pem: bytes
     ip_prefix: str  # "127.77.3." : pods get .2 to .254
     cgroup_prefix: str  # unique per runner: the container cgroups' names start with it
@@ -114,6 +121,14 @@ class Pod:
 
     _token_renew_at = 0.0
 
+    def hosts_file(self) -> Path:
+        path: Path = VOLUMES_ROOT / self.runner.config.cgroup_prefix / self.uid[:8] / "etc-hosts"
+        names = " ".join(KUBERNETES_NAMES)
+        path.write_text(
+            f"127.0.0.1 localhost\n{self.ip} {self.name}\n{self.runner.config.kubernetes_service_ip} {names}\n"
+        )
+        return path
+
     # -- containers ----------------------------------------------------------------------------------------
 
     def lookup(self, kind: str, name: str, key: str) -> str | None:
@@ -134,12 +149,16 @@ class Pod:
 
         def launch() -> Launch:
             self.refresh_volumes()
-            env = podspec.environment(c, self.facts, self.lookup, self.runner.config.api)
+            cfg = self.runner.config
+            api = cfg.api if self.network is not None else (cfg.kubernetes_service_ip, 443)
+            env = podspec.environment(c, self.facts, self.lookup, api)
             argv = images.program(podspec.argv(c, entry.entrypoint, entry.default_args, env), entry)
             binds = [
                 (self.volume_dir(m.volume) / m.sub_path if m.sub_path else self.volume_dir(m.volume), m.path)
                 for m in mounts
             ]
+            if self.network is None:  # the kubelet's /etc/hosts, with the cluster DNS names a pod dials
+                binds.append((self.hosts_file(), "/etc/hosts"))
             env = {**env, "PATH": images.path_env(entry), "HOSTNAME": self.name}
             prefix = podnet.exec_prefix(self.network.name) if self.network is not None else []
             return Launch(argv, env, binds, entry.cwd, self.dir / f"{c['name']}.log", cgroup, prefix)

@@ -76,8 +76,9 @@ class _Listener:
 
 
 class ServiceProxy:
-    def __init__(self, kube: Kube, cidr: str, endpoints: Endpoints) -> None:
+    def __init__(self, kube: Kube, cidr: str, endpoints: Endpoints, apiserver: tuple[str, int] | None = None) -> None:
         self.kube, self.net, self.endpoints = kube, ipaddress.ip_network(cidr), endpoints
+        self.apiserver = apiserver  # the `kubernetes` Service's one endpoint
         self.listeners: dict[tuple[str, int], _Listener] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="service-proxy", daemon=True)
@@ -98,9 +99,15 @@ class ServiceProxy:
         for svc in services:
             spec = svc.get("spec") or {}
             ip, selector = spec.get("clusterIP") or "", spec.get("selector") or {}
-            if not selector or not ip or ip == "None" or ipaddress.ip_address(ip) not in self.net:
+            if not ip or ip == "None" or ipaddress.ip_address(ip) not in self.net:
                 continue
             ns = svc["metadata"]["namespace"]
+            if (ns, svc["metadata"]["name"]) == ("default", "kubernetes") and self.apiserver is not None:
+                api = [self.apiserver]
+                wanted[(ip, 443)] = lambda api=api: api  # type: ignore[misc]
+                continue
+            if not selector:
+                continue
             for p in spec.get("ports") or []:
                 target = p.get("targetPort", p["port"])
                 wanted[(ip, int(p["port"]))] = functools.partial(self.endpoints, ns, selector, target)

@@ -10,14 +10,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from flow_kit import MD_NAME, ns, pod_claim, wait
+from flow_kit import MD_NAME, gpu_nodes, ns, pod_claim, wait
 
 from capi_gpu import domain
 from capi_gpu.kube import (
     CAPI_MACHINEDEPLOYMENTS,
     CAPI_MACHINES,
     CAPI_MACHINESETS,
-    NODES,
     PODS,
     Res,
 )
@@ -149,7 +148,7 @@ def gpu_ready_untainted(world: World) -> list[str]:
     leaving = {domain.NODE_STARTUP_TAINT, "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler"}
     return sorted(
         n["metadata"]["name"]
-        for n in world.k.list(NODES)
+        for n in gpu_nodes(world)
         if not any(t.get("key") in leaving for t in n["spec"].get("taints") or [])
         and not n["spec"].get("unschedulable")
         and not n["metadata"].get("deletionTimestamp")

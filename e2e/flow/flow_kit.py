@@ -103,6 +103,11 @@ def machines(world: World) -> list[dict[str, Any]]:
     ]
 
 
+def gpu_nodes(world: World) -> list[dict[str, Any]]:
+    """The workload's Nodes: every Node but the management node the pod runner registers (release worlds)."""
+    return world.k.list(NODES, label_selector="!node-role.kubernetes.io/control-plane")
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     conds = ((obj or {}).get("status") or {}).get("conditions") or []
     return next((c for c in conds if c.get("type") == type_), None)
@@ -332,7 +337,7 @@ def scaled_to_zero(world: World, timeout: float = 180.0) -> None:
     delete_pods(world)
     world.scale(0)
     wait(world, "no GPU Machines", lambda: not machines(world), timeout, interval=1.0)
-    wait(world, "no Nodes", lambda: not world.k.list(NODES), timeout)
+    wait(world, "no Nodes", lambda: not gpu_nodes(world), timeout)
     wait(
         world,
         "every host back in the pool (Available or Standby, no consumer)",

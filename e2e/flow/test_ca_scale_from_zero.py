@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from ca_kit import all_bound, ca_sees_ready, owner_labelled, pods, replicas, set_group_size, set_owner, submit
-from flow_kit import MD_NAME, ns, provisioned, robot_refusals, wait, where
+from flow_kit import MD_NAME, gpu_nodes, ns, provisioned, robot_refusals, wait, where
 
 from capi_gpu import domain
 from capi_gpu.autoscaler import annotations, nodegroup
@@ -126,7 +126,7 @@ def ready_for(node: dict[str, Any]) -> float:
 
 @pytest.fixture(scope="module")
 def ca(world: World) -> Iterator[ClusterAutoscaler]:
-    (node,) = world.k.list(NODES)
+    (node,) = gpu_nodes(world)
     wait(
         world,
         "dev-gpu's node Ready for a minute",
@@ -181,7 +181,7 @@ def sizes(world: World) -> dict[str, int]:
 def test_each_claim_gets_one_node_from_the_scaler_that_can_serve_it(world: World, ca: ClusterAutoscaler) -> None:
     # CA has its copy of the node now; the group goes to zero (as CA itself would after its unneeded time).
     world.scale(0, MD_NAME)
-    wait(world, "dev-gpu at zero, its node gone", lambda: not world.k.list(NODES), 180)
+    wait(world, "dev-gpu at zero, its node gone", lambda: not gpu_nodes(world), 180)
     assert sizes(world) == {MD_NAME: 0, CA_WHOLE: 0, CS_MIG: 0, CS_WHOLE: 0}
     started = time.monotonic()
     submit(world, ["mig"], "mig-1g-24gb")

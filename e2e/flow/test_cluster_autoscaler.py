@@ -31,7 +31,19 @@ from ca_kit import (
     submit,
     wait_sampling,
 )
-from flow_kit import MD_NAME, host_state, hosts, machines, ns, provisioned, ready_nodes, robot_refusals, wait, where
+from flow_kit import (
+    MD_NAME,
+    gpu_nodes,
+    host_state,
+    hosts,
+    machines,
+    ns,
+    provisioned,
+    ready_nodes,
+    robot_refusals,
+    wait,
+    where,
+)
 
 from capi_gpu import domain
 from capi_gpu.kube import CAPI_MACHINES, EVENTS, NODES
@@ -214,7 +226,7 @@ def test_two_lightly_used_nodes_are_consolidated(world: World, ca: ClusterAutosc
     )
     (node,) = set(moved.values())
     assert world.k.get_or_none(NODES, node) is not None
-    wait(world, "the drained node gone", lambda: len(world.k.list(NODES)) == 1, 180)
+    wait(world, "the drained node gone", lambda: len(gpu_nodes(world)) == 1, 180)
     assert watch.lagging == [], watch.lagging
     print(f"\nCA consolidation 2->1 (one 1g claim per node): decision after {decided:.0f}s")
 

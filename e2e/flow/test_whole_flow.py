@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
+import release_kit
 from flow_kit import (
     GPU_MACHINES,
     HOSTS,
@@ -64,9 +68,45 @@ HOST_COUNT = 3
 GPU_STATE = "/run/gpu-shim/state.json"  # the GPU shim's instances; written only when they change
 
 
+@dataclass
+class Release:
+    """What the release install's checks collect over the module (the last test asserts on it)."""
+
+    renewer: release_kit.Renewer | None = None
+    failover: dict[str, Any] = field(default_factory=dict)
+
+
+RELEASE = Release()
+
+
 @pytest.fixture(scope="module")
-def world(world_factory: Callable[..., World]) -> World:
-    return world_factory(hosts=HOST_COUNT, operator_args=["--claim-scaler"])
+def world(world_factory: Callable[..., World]) -> Iterator[World]:
+    # The release as a user installs it (clusterctl init, cert-manager, the webhook, its RBAC), two replicas;
+    # the webhook's certificate is renewed twice while the flow runs.
+    w = world_factory(hosts=HOST_COUNT, operator_args=["--claim-scaler"], release=True, replicas=2)
+    RELEASE.renewer = release_kit.Renewer(w, every_s=60.0, count=2).start()
+    yield w
+    RELEASE.renewer.stop()
+
+
+def _kill_leader_mid_provisioning(world: World) -> None:
+    """Once a host is past its installimage and into Configure, SIGKILL the leading replica; record the
+    handover time (the failover test reads it)."""
+    deadline = time.monotonic() + PROVISION_TIMEOUT_S
+    while time.monotonic() < deadline:
+        steps = {(h.get("status") or {}).get("step") for h in world.hosts()}
+        if "Configure" in steps:
+            break
+        time.sleep(0.5)
+    else:
+        RELEASE.failover["error"] = "no host reached Configure"
+        return
+    old = release_kit.holder(world)
+    RELEASE.failover["killed"] = release_kit.crash_leader(world)
+    try:
+        RELEASE.failover["new"], RELEASE.failover["seconds"] = release_kit.handover(world, old)
+    except AssertionError as exc:
+        RELEASE.failover["error"] = str(exc)
 
 
 def test_hosts_become_available_with_gpu_facts(world: World) -> None:
@@ -99,7 +139,10 @@ def test_scale_0_to_3_by_hand_gates_every_node_ready(world: World) -> None:
     if not machines(world):
         wait_available(world, HOST_COUNT)
     started = time.monotonic()
+    killer = threading.Thread(target=_kill_leader_mid_provisioning, args=(world,), daemon=True)
+    killer.start()
     got = provisioned(world, HOST_COUNT)
+    killer.join(180)
     print(
         f"\nMachineDeployment 0->{HOST_COUNT} (cold hosts in parallel): all GPUReady after {time.monotonic() - started:.0f}s"
     )
@@ -360,3 +403,36 @@ def test_claim_scaler_scales_from_zero_for_a_pending_2g_pod(world: World) -> Non
             ns(world),
         )
     assert robot_refusals(world) == [], where(world)
+
+
+def test_the_release_survives_renewals_a_failover_and_its_own_rbac(world: World) -> None:
+    """Issue 28, over the whole module: the serving certificate renewed twice and served by both replicas
+    without a restart; the leader killed mid-provisioning handed over within the Lease's duration plus one
+    renew period (and test_scale_0_to_3 found no Robot call and no host step repeated); the audit log shows
+    no Forbidden answer to the operator's ServiceAccount, no refused operator write, no failed webhook call."""
+    renewer = RELEASE.renewer
+    assert renewer is not None
+    deadline = time.monotonic() + 240
+    while len(renewer.done) < renewer.count and not renewer.errors and time.monotonic() < deadline:
+        time.sleep(1.0)
+    assert not renewer.errors, renewer.errors
+    assert len(renewer.done) >= 2, f"renewals served: {renewer.done}"
+    assert release_kit.served_cert(world) == release_kit.secret_cert(world)
+    restarts = [c["restartCount"] for p in world.operator_pods() for c in p["status"]["containerStatuses"]]
+    failover = RELEASE.failover
+    assert "error" not in failover and "seconds" in failover, failover
+    duration, renew = release_kit.lease_timing(world)
+    assert failover["seconds"] <= duration + renew, (failover, duration, renew)
+    counts = release_kit.operator_audit(world)
+    print(
+        f"\nrelease: clusterctl init {world.init_seconds:.1f}s; renewals served after {renewer.done}s; "
+        f"failover {failover['seconds']:.1f}s (lease {duration:.0f}s + renew {renew:.0f}s); "
+        f"operator requests {counts['requests']}, Forbidden {len(counts['forbidden'])}, "
+        f"refused writes {len(counts['refused_writes'])}, failed webhook calls {len(counts['webhook_failures'])}; "
+        f"container restarts {restarts}"
+    )
+    assert counts["requests"] > 0, "the audit policy logs the operator's ServiceAccount"
+    assert counts["forbidden"] == [], counts["forbidden"][:10]
+    assert counts["refused_writes"] == [], counts["refused_writes"][:10]
+    assert counts["webhook_failures"] == [], counts["webhook_failures"][:10]
+    assert sum(restarts) == 1, f"only the killed leader restarted: {restarts}"

@@ -22,6 +22,7 @@ from flow_kit import (
     condition,
     expected_device_names,
     expected_layout,
+    gpu_nodes,
     host_state,
     layout_counts,
     machines,
@@ -43,7 +44,6 @@ from flow_kit import (
 
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost, HostState
-from capi_gpu.kube import NODES
 from capi_gpu_sim import devflow
 from capi_gpu_sim.kubelet import JOIN_RECORD
 from capi_gpu_sim.world import World
@@ -109,7 +109,7 @@ def test_a_standby_host_costs_one_bootstrap(world: World) -> None:
         raw = world.k.get(HOSTS, host_name, ns(world))
         host = HetznerGPUHost.model_validate(raw)
         assert host.spec.standby is not None and host.spec.standby.template == MD_NAME
-        assert host.spec.consumer_ref is None and world.k.list(NODES) == [], "standby stops before the join"
+        assert host.spec.consumer_ref is None and gpu_nodes(world) == [], "standby stops before the join"
         sim = sim_host(world, host.spec.server_number)
         assert sim.read_file(str(JOIN_RECORD)) is None
         assert layout_counts(mig_instances(sim)) == expected_layout(world), "driver and MIG layout already applied"
