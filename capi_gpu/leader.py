@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+import urllib3
+
 from capi_gpu.kube import Conflict, Kube, KubeError, Res
 
 LEASES = Res("coordination.k8s.io", "v1", "leases")
@@ -70,6 +72,7 @@ class Elector:
     lost: bool = False
     _seen: tuple[Any, ...] = ()
     _seen_at: float = field(default=0.0)
+    _next_try_s: float = field(default=2.0)
 
     def try_once(self) -> bool:
         """One read and at most one write; True when we hold the Lease afterwards."""
@@ -80,6 +83,9 @@ class Elector:
                 self._seen, self._seen_at = record, self.clock()
             action = decide(lease, self.identity, self.clock() - self._seen_at)
             if action is Action.WAIT:
+                assert lease is not None
+                left = float(lease["spec"].get("leaseDurationSeconds") or 0) - (self.clock() - self._seen_at)
+                self._next_try_s = min(self.retry_s, max(left, 0.0) + 0.05)
                 return False
             now = _micro_now()
             spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration_s, "renewTime": now}
@@ -100,16 +106,21 @@ class Elector:
             return True
         except Conflict:
             return False
-        except KubeError as exc:
+        except (KubeError, OSError, urllib3.exceptions.HTTPError) as exc:
+            # An apiserver out of reach is a failed try, not the end of the process (urllib3's MaxRetryError
+            # used to escape here and take the standby, probes and all, down with it).
             LOG.warning("leader election: lease %s/%s: %s", self.namespace, self.name, exc)
             return False
 
     async def acquire(self) -> None:
         LOG.info("leader election: waiting for lease %s/%s as %s", self.namespace, self.name, self.identity)
         while True:
+            self._next_try_s = self.retry_s
             if await asyncio.to_thread(self.try_once):
                 break
-            await asyncio.sleep(self.retry_s)
+            # At the moment the holder's record expires rather than up to a retry later: a failover takes
+            # the Lease's duration plus at most one retry (the lag in seeing the holder's last renewal).
+            await asyncio.sleep(self._next_try_s)
         LOG.info("leader election: acquired lease %s/%s", self.namespace, self.name)
 
     async def keep(self, stop_flag: asyncio.Event) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import urllib3
 
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK
 from capi_gpu.cli.run import lead_then
@@ -267,3 +268,30 @@ def test_a_standby_candidate_is_alive_and_serves_the_webhook_before_it_leads(
         return await asyncio.wait_for(task, 5)
 
     assert asyncio.run(scenario()) == EXIT_OK
+
+
+def test_a_candidate_tries_again_when_the_holders_record_expires_not_a_retry_later(
+    clock: Clock, elector: Callable[[LeaseStore, str], Elector]
+) -> None:
+    """Issue 28: the failover bound is the Lease's duration plus one retry; waiting a whole retry past the
+    expiry added up to another 2 s (measured: 17.1 s against 15 + 2)."""
+    store = LeaseStore()
+    assert elector(store, "other").try_once()
+    me = elector(store, "me")
+    assert not me.try_once()
+    assert me._next_try_s == me.retry_s  # 15 s left: the usual retry
+    clock.now += 14.5
+    assert not me.try_once()
+    assert me._next_try_s == pytest.approx(0.55)  # wake at the expiry (0.5 s away), not 2 s later
+    clock.now += 0.55
+    assert me.try_once()
+
+
+def test_an_unreachable_apiserver_is_a_failed_try_not_a_crash(
+    clock: Clock, elector: Callable[[LeaseStore, str], Elector]
+) -> None:
+    class Unreachable(LeaseStore):
+        def get_or_none(self, *_: Any) -> dict[str, Any] | None:
+            raise urllib3.exceptions.MaxRetryError(None, "/apis/coordination.k8s.io", "refused")  # type: ignore[arg-type]
+
+    assert not elector(Unreachable(), "me").try_once()
