@@ -198,7 +198,7 @@ class World:
         self.pods = PodRunner(
             self.cp.kube(),
             RunnerConfig(
-                cfg.state_dir / "pods",
+                cfg.state_dir,
                 ("127.0.0.1", self.cp.port),
                 self.cp.kubernetes_service_ip,
                 self.cp.ca.pem,

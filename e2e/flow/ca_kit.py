@@ -17,6 +17,7 @@ from capi_gpu.kube import (
     CAPI_MACHINEDEPLOYMENTS,
     CAPI_MACHINES,
     CAPI_MACHINESETS,
+    NODES,
     PODS,
     Res,
 )
@@ -126,9 +127,16 @@ def registered(ca: ClusterAutoscaler) -> dict[str, Any]:
     return counts.get("registered") or {}
 
 
+def management_nodes(world: World) -> int:
+    """The pod runner's control-plane node in a release world: CA counts it like any registered node."""
+    return len(world.k.list(NODES, label_selector="node-role.kubernetes.io/control-plane"))
+
+
 def ca_sees_ready(world: World, ca: ClusterAutoscaler, count: int) -> dict[str, Any] | None:
-    """CA's status and metrics count ``count`` ready nodes and none not-started or unready; else None."""
+    """CA's status and metrics count ``count`` ready GPU nodes (and the management nodes, which it sees too)
+    and none not-started or unready; else None."""
     alive(ca)
+    count += management_nodes(world)
     reg = registered(ca)
     unready = (reg.get("unready") or {}).get("total", 0)
     if reg.get("ready") != count or reg.get("notStarted", 0) or unready:
@@ -176,7 +184,7 @@ class Watch:
             self._since.setdefault(n, now)
         reg = registered(self.ca)
         settled = [n for n in ready if now - self._since[n] > 15.0]  # several CA loops after the lift
-        if settled and int(reg.get("ready", 0)) < len(settled):
+        if settled and int(reg.get("ready", 0)) - management_nodes(self.world) < len(settled):
             self.lagging.append(f"{len(settled)} GPU-ready for >15 s, CA ready={reg.get('ready')}: {reg}")
 
 

@@ -99,7 +99,10 @@ def whole_gpu_machine_template(world: World) -> None:
 @pytest.fixture(scope="module")
 def world(world_factory: Callable[..., World]) -> World:
     w = world_factory(
-        hosts=3, layout="all-1g.24gb", operator_args=["--claim-scaler", "--claim-scaler-pods", "ca-declined"]
+        hosts=3,
+        layout="all-1g.24gb",
+        operator_args=["--claim-scaler", "--claim-scaler-pods", "ca-declined"],
+        release=True,
     )
     set_group_size(w, MD_NAME, 0, 1)
     set_owner(w, MD_NAME, "cluster-autoscaler")

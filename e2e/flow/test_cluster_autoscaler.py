@@ -56,7 +56,7 @@ TIMEOUT_S = 420.0
 
 @pytest.fixture(scope="module")
 def world(world_factory: Callable[..., World]) -> World:
-    w = world_factory(hosts=HOST_COUNT, layout="all-1g.24gb")
+    w = world_factory(hosts=HOST_COUNT, layout="all-1g.24gb", release=True)
     set_group_size(w, MD_NAME, 1, 4)
     set_owner(w, MD_NAME, "cluster-autoscaler")
     provisioned(w, 1)

@@ -54,7 +54,7 @@ TIMES: dict[str, float] = {}  # time-to-claim-bound by path, for the comparison 
 
 @pytest.fixture(scope="module")
 def world(world_factory: Callable[..., World]) -> World:
-    return world_factory(hosts=1, layout=LAYOUT)
+    return world_factory(hosts=1, layout=LAYOUT, release=True)
 
 
 def cold_claim(world: World) -> devflow.Summary:
