@@ -53,7 +53,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     # The operator installs NVIDIA's DRA chart, the gate driver and the claim templates into the dev cluster
     # through its Ansible run, as it does in a user's cluster (the chart from its archive in ../shared/upstream).
-    world = World(WorldConfig(state_dir=state, hosts=args.hosts, layout=args.layout, addons=True))
+    # As a user installs it: clusterctl init of the release (cert-manager, webhook, RBAC, two replicas).
+    world = World(
+        WorldConfig(state_dir=state, hosts=args.hosts, layout=args.layout, addons=True, release=True, replicas=2)
+    )
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
