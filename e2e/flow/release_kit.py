@@ -156,6 +156,13 @@ def operator_audit(world: World) -> dict[str, Any]:
     return {
         "requests": len(ours),
         "forbidden": [r for r in ours if r.code == 403],
-        "refused_writes": [r for r in ours if r.verb in writes and (r.code in (403, 422) or r.code >= 500)],
+        # Refused: Forbidden, a webhook's denial, or a server error. A 422 without a webhook is kopf's first
+        # metadata patch racing CAPI's own on a new HetznerGPUMachine; it retries, and it is counted apart.
+        "refused_writes": [
+            r
+            for r in ours
+            if r.verb in writes and (r.code == 403 or r.code >= 500 or "denied the request" in r.message)
+        ],
+        "invalid_writes": [r for r in ours if r.verb in writes and r.code == 422 and "denied" not in r.message],
         "webhook_failures": [r for r in every if r.code >= 500 and "webhook" in r.message],
     }

@@ -428,7 +428,8 @@ def test_the_release_survives_renewals_a_failover_and_its_own_rbac(world: World)
         f"\nrelease: clusterctl init {world.init_seconds:.1f}s; renewals served after {renewer.done}s; "
         f"failover {failover['seconds']:.1f}s (lease {duration:.0f}s + renew {renew:.0f}s); "
         f"operator requests {counts['requests']}, Forbidden {len(counts['forbidden'])}, "
-        f"refused writes {len(counts['refused_writes'])}, failed webhook calls {len(counts['webhook_failures'])}; "
+        f"refused writes {len(counts['refused_writes'])} (422 invalid {len(counts['invalid_writes'])}), "
+        f"failed webhook calls {len(counts['webhook_failures'])}; "
         f"container restarts {restarts}"
     )
     assert counts["requests"] > 0, "the audit policy logs the operator's ServiceAccount"
