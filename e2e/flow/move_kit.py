@@ -14,6 +14,7 @@ The workload cluster stays where it is: its nodes live on the world's apiserver,
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import time
@@ -23,9 +24,12 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.kube import CRDS, NAMESPACES, SECRETS, Kube, Res
-from capi_gpu_sim import binaries, controlplane_object, identity
+from capi_gpu_sim import binaries, controlplane_object, identity, release
 from capi_gpu_sim.controlplane import ControlPlane, Options
 from capi_gpu_sim.hosts import cgroups
+from capi_gpu_sim.pods.runner import Config as RunnerConfig
+from capi_gpu_sim.pods.runner import PodRunner
+from capi_gpu_sim.pods.services import ServiceProxy
 from capi_gpu_sim.world import World
 
 CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
@@ -104,14 +108,22 @@ class Target:
     workdir: Path
     cp: ControlPlane = field(init=False)
     operator: subprocess.Popen[bytes] | None = None
+    pods: PodRunner | None = None
+    services: ServiceProxy | None = None
 
     def __post_init__(self) -> None:
-        # No scheduler, no controller-manager: the workload cluster (pods, claims, nodes) is the world's.
-        self.cp = ControlPlane(
-            self.workdir / "controlplane", Options(with_scheduler=False, with_controller_manager=False)
-        )
+        if self.world.config.release:
+            # The release's Deployments need the deployment/replicaset controllers and the scheduler; the
+            # workload cluster (pods, claims, nodes) is still the world's.
+            self.service_cidr = f"127.66.{secrets.randbelow(250) + 1}.0/24"
+            options = Options(install_our_crds=False, service_cidr=self.service_cidr)
+        else:  # No scheduler, no controller-manager: nothing runs pods here.
+            options = Options(with_scheduler=False, with_controller_manager=False)
+        self.cp = ControlPlane(self.workdir / "controlplane", options)
 
     def start(self) -> Target:
+        if self.world.config.release:
+            return self._start_release()
         init_like_clusterctl(self.world.cp, self.world.k)  # the source: clusterctl init ran there first
         self.cp.start()
         self.kube = self.cp.kube()
@@ -121,6 +133,37 @@ class Target:
         self.kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         kubeconfig = identity.operator_kubeconfig(self.cp, self.kube, self.workdir / "operator.kubeconfig")
         self._start_operator(kubeconfig)
+        return self
+
+    def _start_release(self) -> Target:
+        """The target initialised as a user would: `clusterctl init` of the same release repository, its own
+        pod runner and Service stand-in; the sim's control-plane provider recorded on both sides."""
+        world = self.world
+        self.cp.start()
+        self.kube = self.cp.kube()
+        controlplane_object.install(self.kube, self.cp)
+        for cp, kube in ((world.cp, world.k), (self.cp, self.kube)):
+            release.record_core(cp, kube)
+            release.record_provider(kube, *INVENTORY[2])
+        slot = world.fleet.slot if world.fleet else 0
+        octet = self.service_cidr.split(".")[2]
+        api = ("127.0.0.1", self.cp.port)
+        self.pods = PodRunner(
+            self.cp.kube(),
+            RunnerConfig(
+                self.workdir, api, self.cp.kubernetes_service_ip, self.cp.ca.pem, f"127.67.{octet}.", f"f{slot}-podt"
+            ),
+        ).start()
+        self.services = ServiceProxy(self.cp.kube(), self.service_cidr, self.pods.endpoints, api).start()
+        ns = world.config.namespace
+        self.kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        assert world.robot is not None
+        variables = {
+            "CAPI_GPU_SIM_ROBOT_URL": world.robot.url,
+            "CAPI_GPU_SIM_TIMING_SCALE": str(world.config.timing_scale),
+        }
+        config = world.config.state_dir / "repository" / "clusterctl.yaml"
+        release.init(self.cp.kubeconfig, config, self.workdir / "clusterctl", variables)
         return self
 
     def _start_operator(self, kubeconfig: Path) -> None:
@@ -140,10 +183,15 @@ class Target:
         return f"f{self.world.fleet.slot if self.world.fleet else 0}-operator-target"
 
     def operator_log(self) -> str:
-        path = self.workdir / "operator.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        paths = [self.workdir / "operator.log", *sorted(self.workdir.glob("pods/*/manager.log"))]
+        return "".join(p.read_text(errors="replace") for p in paths if p.exists())
 
     def stop(self) -> None:
+        if self.services is not None:
+            self.services.stop()
+        if self.pods is not None:
+            self.pods.stop()
+            self.pods.kube.close()
         if self.operator is not None and self.operator.poll() is None:
             self.operator.terminate()
             try:

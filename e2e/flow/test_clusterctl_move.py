@@ -287,7 +287,7 @@ def _after_move(kube: Kube, world: World, cp: Any) -> None:
 
 @pytest.fixture(scope="module")
 def move_world(world_factory: Callable[..., World]) -> World:
-    return world_factory(hosts=5, operator_rbac=True)
+    return world_factory(hosts=5, release=True)
 
 
 @pytest.fixture
