@@ -24,6 +24,7 @@ from capi_gpu.runtime import events, loops
 from capi_gpu.runtime.deps import AccessError, Deps, secret_value, secret_version
 
 log = logging.getLogger(__name__)
+OWNER_WAIT_S = 2.0  # until CAPI's Cluster controller adopts the HetznerGPUCluster
 CLUSTERS = ours("hetznergpuclusters")
 HOSTS = ours("hetznergpuhosts")
 
@@ -154,6 +155,11 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
             events.emit(obj, "CredentialsAccepted", "Robot accepted the credentials again; Robot calls resume")
             deps.wakeups.wake_all("host", namespace)
     requeue = 300.0 if ready else 30.0
+    if owner is None:
+        # CAPI sets the ownerReference a moment after the object exists, and a metadata change doesn't wake
+        # this loop: a full poll later meant a cluster applied after the operator started waited 5 min for
+        # its add-ons (found by the release-install worlds, where the operator runs before the cluster).
+        return OWNER_WAIT_S
     return min(requeue, addons.requeue) if addons is not None and addons.requeue is not None else requeue
 
 
