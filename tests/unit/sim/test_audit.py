@@ -47,10 +47,26 @@ def test_writes_are_successful_completions_with_their_subresource(tmp_path: Path
     assert audit.writes(tmp_path / "absent.log") == []
 
 
-def test_the_policy_records_only_our_groups_writes_at_metadata_level(tmp_path: Path) -> None:
+def test_the_policy_records_our_groups_writes_and_the_operators_requests_at_metadata_level(tmp_path: Path) -> None:
     flags = audit.flags(tmp_path)
     policy = yaml.safe_load((tmp_path / "audit-policy.yaml").read_text())
-    first, last = policy["rules"]
+    first, operator, last = policy["rules"]
     assert first["level"] == "Metadata" and first["resources"] == [{"group": domain.GROUP}]
     assert "get" not in first["verbs"] and last == {"level": "None"}
+    # Every request of the release's ServiceAccount, whatever its outcome: a Forbidden is a missing rule.
+    assert operator == {"level": "Metadata", "users": [audit.OPERATOR_USER]}
     assert f"--audit-log-path={tmp_path / 'audit.log'}" in flags
+
+
+def test_responses_keep_every_outcome(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    event = {
+        "stage": "ResponseComplete",
+        "verb": "list",
+        "user": {"username": audit.OPERATOR_USER},
+        "objectRef": {"resource": "machinesets", "apiGroup": "cluster.x-k8s.io"},
+        "responseStatus": {"code": 403, "message": "forbidden"},
+    }
+    log.write_text(json.dumps(event) + "\n" + json.dumps({**event, "stage": "RequestReceived"}))
+    (got,) = audit.responses(log)
+    assert (got.user, got.verb, got.resource, got.code) == (audit.OPERATOR_USER, "list", "machinesets", 403)
