@@ -39,6 +39,8 @@ class Launch:
     log_path: Path
     cgroup: str
     prefix: list[str] = field(default_factory=list)  # e.g. nsenter into the pod's network namespace
+    keep: list[Path] = field(default_factory=list)  # the image's files on the machine, visible whatever is mounted
+    stage: Path = Path("/run/capigpu-pods/stage")  # where ``keep`` paths are bound aside meanwhile
 
 
 @dataclass
@@ -56,9 +58,19 @@ class State:
 def wrapped(launch: Launch) -> list[str]:
     """The argv run under ``unshare --mount``: join the cgroup, bind the volumes, exec the program."""
     script = ['echo $$ > "$CG/cgroup.procs"']
+    # The image's own files live on the machine (the checkout, its venv): a volume mounted over a path above
+    # them (an emptyDir on /tmp, where a CI clone lives) would hide them, so each is bound aside first and
+    # put back at its own path after the volumes.
+    covered = [k for k in launch.keep if any(k == Path(t) or Path(t) in k.parents for _, t in launch.binds)]
+    for i, keep in enumerate(covered):
+        stage = shlex.quote(str(launch.stage / str(i)))
+        script.append(f"mkdir -p {stage} && mount --bind {shlex.quote(str(keep))} {stage}")
     for source, target in launch.binds:
         src, dst = shlex.quote(str(source)), shlex.quote(target)
         script.append(f"{{ [ -e {dst} ] || mkdir -p {dst}; }} && mount --bind {src} {dst}")
+    for i, keep in enumerate(covered):
+        dst = shlex.quote(str(keep))
+        script.append(f"mkdir -p {dst} && mount --bind {shlex.quote(str(launch.stage / str(i)))} {dst}")
     script.append('exec "$@"')
     return [
         *launch.prefix,

@@ -29,6 +29,10 @@ class Entry:
     cwd: Path = binaries.REPO
     path_env: str = ""  # the image's PATH, prepended to the machine's
     own_netns: bool = False  # listeners that bind every address: the pod gets a network namespace (podnet)
+    # The directories the image's files are in: they stay visible at their paths whatever a volume covers
+    # (our image is the checkout and its venv; with the checkout under /tmp, as CI clones it, the manager's
+    # emptyDir on /tmp hid it). The checkout's parent: ../shared (the chart archive) sits beside it.
+    keep: tuple[Path, ...] = ()
 
 
 def repository(image: str) -> str:
@@ -41,7 +45,8 @@ def repository(image: str) -> str:
 def ours() -> Entry:
     # The Dockerfile's ENTRYPOINT ["capi-gpu"], CMD ["run"]; the venv is the image's /usr/local.
     venv_bin = Path(sys.executable).parent
-    return Entry([str(venv_bin / "capi-gpu")], ["run"], path_env=str(venv_bin))
+    keep = (binaries.REPO.parent, venv_bin.parent)
+    return Entry([str(venv_bin / "capi-gpu")], ["run"], path_env=str(venv_bin), keep=keep)
 
 
 def capi_core() -> Entry:

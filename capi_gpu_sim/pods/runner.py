@@ -161,7 +161,9 @@ class Pod:
                 binds.append((self.hosts_file(), "/etc/hosts"))
             env = {**env, "PATH": images.path_env(entry), "HOSTNAME": self.name}
             prefix = podnet.exec_prefix(self.network.name) if self.network is not None else []
-            return Launch(argv, env, binds, entry.cwd, self.dir / f"{c['name']}.log", cgroup, prefix)
+            stage = VOLUMES_ROOT / cfg.cgroup_prefix / self.uid[:8] / f"stage-{c['name']}"
+            log = self.dir / f"{c['name']}.log"
+            return Launch(argv, env, binds, entry.cwd, log, cgroup, prefix, list(entry.keep), stage)
 
         return launch
 
