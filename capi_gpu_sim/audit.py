@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from capi_gpu import domain
 
@@ -63,18 +65,23 @@ class Response:
     message: str
 
 
-def responses(path: Path) -> list[Response]:
-    """Every completed request the policy logs, whatever its outcome (``writes`` keeps the successes)."""
-    out: list[Response] = []
+def _completed(path: Path) -> Iterator[dict[str, Any]]:
+    """The ResponseComplete events, oldest first; a line the apiserver is still writing is skipped."""
     if not path.exists():
-        return out
+        return
     for line in path.read_text(errors="replace").splitlines():
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if event.get("stage") != "ResponseComplete":
-            continue
+        if event.get("stage") == "ResponseComplete":
+            yield event
+
+
+def responses(path: Path) -> list[Response]:
+    """Every completed request the policy logs, whatever its outcome (``writes`` keeps the successes)."""
+    out: list[Response] = []
+    for event in _completed(path):
         ref, status = event.get("objectRef") or {}, event.get("responseStatus") or {}
         sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
         out.append(
@@ -98,15 +105,9 @@ def log_path(workdir: Path) -> Path:
 def writes(path: Path) -> list[Write]:
     """Successful writes, oldest first; a line the apiserver is still writing is skipped."""
     out: list[Write] = []
-    if not path.exists():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for event in _completed(path):
         ref, code = event.get("objectRef") or {}, int((event.get("responseStatus") or {}).get("code") or 0)
-        if event.get("stage") != "ResponseComplete" or not 200 <= code < 300:
+        if not 200 <= code < 300:
             continue
         sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
         out.append(

@@ -55,7 +55,7 @@ def exec_prefix(name: str) -> list[str]:
     return ["nsenter", f"--net={Path('/run/netns') / name}", "--"]
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+def pipe(src: socket.socket, dst: socket.socket) -> None:
     with contextlib.suppress(OSError):
         while data := src.recv(65536):
             dst.sendall(data)
@@ -84,8 +84,8 @@ class Forward:
         except OSError:
             conn.close()
             return
-        threading.Thread(target=_pipe, args=(conn, upstream), daemon=True).start()
-        _pipe(upstream, conn)
+        threading.Thread(target=pipe, args=(conn, upstream), daemon=True).start()
+        pipe(upstream, conn)
         conn.close()
         upstream.close()
 

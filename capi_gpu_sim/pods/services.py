@@ -20,19 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from capi_gpu.kube import Kube, KubeError, Res
+from capi_gpu_sim.pods.podnet import pipe
 
 log = logging.getLogger(__name__)
 SERVICES = Res("", "v1", "services")
 Endpoints = Callable[[str, Mapping[str, str], "int | str"], list[tuple[str, int]]]
 """(namespace, selector, targetPort) -> [(pod IP, port)] of Ready pods."""
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
 
 
 class _Listener:
@@ -65,8 +58,8 @@ class _Listener:
             conn.close()
             return
         upstream.settimeout(None)
-        threading.Thread(target=_pipe, args=(conn, upstream), daemon=True).start()
-        _pipe(upstream, conn)
+        threading.Thread(target=pipe, args=(conn, upstream), daemon=True).start()
+        pipe(upstream, conn)
         conn.close()
         upstream.close()
 

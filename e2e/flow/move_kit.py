@@ -20,10 +20,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from capi_gpu import domain
-from capi_gpu.kube import CRDS, NAMESPACES, SECRETS, Kube, Res
+from capi_gpu.kube import NAMESPACES, SECRETS, Kube
 from capi_gpu_sim import binaries, controlplane_object, identity, release
 from capi_gpu_sim.controlplane import ControlPlane, Options
 from capi_gpu_sim.hosts import cgroups
@@ -32,9 +31,7 @@ from capi_gpu_sim.pods.runner import PodRunner
 from capi_gpu_sim.pods.services import ServiceProxy
 from capi_gpu_sim.world import World
 
-CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
-PROVIDERS = Res("clusterctl.cluster.x-k8s.io", "v1alpha3", "providers")
-CAPI_VERSION = binaries.versions()["CAPI_VERSION"]
+CAPI_VERSION = release.CAPI_VERSION
 INVENTORY = [  # (namespace, name, providerName, type, version), as `clusterctl init` records them
     ("capi-system", "cluster-api", "cluster-api", "CoreProvider", CAPI_VERSION),
     ("capi-gpu-system", domain.PROVIDER_NAME, "hetzner-gpu", "InfrastructureProvider", "v0.1.0"),
@@ -42,56 +39,11 @@ INVENTORY = [  # (namespace, name, providerName, type, version), as `clusterctl 
 ]
 
 
-def provider_crd() -> dict[str, Any]:
-    """clusterctl's inventory CRD (cmd/clusterctl/config/manifest/clusterctl-api.yaml), schema left open."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": "providers.clusterctl.cluster.x-k8s.io",
-            "labels": {CLUSTERCTL_LABEL: "", "clusterctl.cluster.x-k8s.io/core": "inventory"},
-        },
-        "spec": {
-            "group": "clusterctl.cluster.x-k8s.io",
-            "scope": "Namespaced",
-            "names": {"kind": "Provider", "listKind": "ProviderList", "plural": "providers", "singular": "provider"},
-            "versions": [
-                {
-                    "name": "v1alpha3",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
-
-
 def init_like_clusterctl(cp: ControlPlane, kube: Kube) -> None:
     """The provider CRDs labelled and the inventory recorded, as `clusterctl init` leaves a cluster."""
-    cp.apply_crds(kube, [provider_crd()])
-    for crd in kube.list(CRDS):
-        group = crd["spec"]["group"]
-        if group.endswith("cluster.x-k8s.io") and CLUSTERCTL_LABEL not in (crd["metadata"].get("labels") or {}):
-            kube.patch(CRDS, crd["metadata"]["name"], {"metadata": {"labels": {CLUSTERCTL_LABEL: ""}}})
-    for namespace, name, provider, type_, version in INVENTORY:
-        kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        kube.apply(
-            PROVIDERS,
-            {
-                "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
-                "kind": "Provider",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "labels": {CLUSTERCTL_LABEL: "", domain.PROVIDER_LABEL: name},
-                },
-                "providerName": provider,
-                "type": type_,
-                "version": version,
-            },
-            namespace,
-        )
+    release.record_core(cp, kube)
+    for entry in INVENTORY[1:]:
+        release.record_provider(kube, *entry)
 
 
 def label_for_move(kube: Kube, namespace: str, names: list[str]) -> None:
