@@ -63,6 +63,9 @@ class Response:
     name: str
     code: int
     message: str
+    # RFC 3339 with microseconds, as the apiserver writes them: when it got the request, and when it answered.
+    received: str = ""
+    answered: str = ""
 
 
 def _completed(path: Path) -> Iterator[dict[str, Any]]:
@@ -93,9 +96,22 @@ def responses(path: Path) -> list[Response]:
                 name=str(ref.get("name", "")),
                 code=int(status.get("code") or 0),
                 message=str(status.get("message", "")),
+                received=str(event.get("requestReceivedTimestamp", "")),
+                answered=str(event.get("stageTimestamp", "")),
             )
         )
     return out
+
+
+def cut_by_client(r: Response, at: dt.datetime) -> bool:
+    """A request its client had in flight when it died at ``at``: the apiserver answers 504 "context
+    canceled" once the connection drops. That is the kill a test ordered, not a write the apiserver refused."""
+    if r.code != 504 or "context canceled" not in r.message or not r.received:
+        return False
+    received = dt.datetime.fromisoformat(r.received)
+    answered = dt.datetime.fromisoformat(r.answered or r.received)
+    slack = dt.timedelta(seconds=1)  # the test's clock against the apiserver's log line
+    return received <= at + slack and answered >= at - slack
 
 
 def log_path(workdir: Path) -> Path:

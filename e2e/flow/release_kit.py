@@ -147,14 +147,18 @@ def lease_timing(world: World) -> tuple[float, float]:
     return float(spec["leaseDurationSeconds"]), float(Elector.retry_s)
 
 
-def operator_audit(world: World) -> dict[str, Any]:
+def operator_audit(world: World, killed_at: dt.datetime | None = None) -> dict[str, Any]:
     """Counts from the apiserver's audit log: requests by the operator's ServiceAccount, its Forbidden ones,
-    its refused writes (403, 422 or 5xx), and writes of our kinds (anyone's) failed by a webhook call."""
+    its refused writes (403, 422 or 5xx), and writes of our kinds (anyone's) failed by a webhook call.
+    ``killed_at``: when the test SIGKILLed the leader; requests it had in flight then are counted apart."""
     every = audit.responses(audit.log_path(world.cp.workdir))
     ours = [r for r in every if r.user == audit.OPERATOR_USER]
+    cut = [r for r in ours if killed_at is not None and audit.cut_by_client(r, killed_at)]
+    ours = [r for r in ours if r not in cut]
     writes = {"create", "update", "patch", "delete"}
     return {
-        "requests": len(ours),
+        "requests": len(ours) + len(cut),
+        "cut_by_kill": cut,
         "forbidden": [r for r in ours if r.code == 403],
         # Refused: Forbidden, a webhook's denial, or a server error. A 422 without a webhook is kopf's first
         # metadata patch racing CAPI's own on a new HetznerGPUMachine; it retries, and it is counted apart.

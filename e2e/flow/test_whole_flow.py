@@ -12,6 +12,7 @@ Tests share one world and run in file order; each first brings the world to the 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import threading
@@ -102,6 +103,7 @@ def _kill_leader_mid_provisioning(world: World) -> None:
         RELEASE.failover["error"] = "no host reached Configure"
         return
     old = release_kit.holder(world)
+    RELEASE.failover["killed_at"] = dt.datetime.now(dt.UTC)
     RELEASE.failover["killed"] = release_kit.crash_leader(world)
     try:
         RELEASE.failover["new"], RELEASE.failover["seconds"] = release_kit.handover(world, old)
@@ -423,12 +425,13 @@ def test_the_release_survives_renewals_a_failover_and_its_own_rbac(world: World)
     assert "error" not in failover and "seconds" in failover, failover
     duration, renew = release_kit.lease_timing(world)
     assert failover["seconds"] <= duration + renew, (failover, duration, renew)
-    counts = release_kit.operator_audit(world)
+    counts = release_kit.operator_audit(world, failover.get("killed_at"))
     print(
         f"\nrelease: clusterctl init {world.init_seconds:.1f}s; renewals served after {renewer.done}s; "
         f"failover {failover['seconds']:.1f}s (lease {duration:.0f}s + renew {renew:.0f}s); "
         f"operator requests {counts['requests']}, Forbidden {len(counts['forbidden'])}, "
-        f"refused writes {len(counts['refused_writes'])} (422 invalid {len(counts['invalid_writes'])}), "
+        f"refused writes {len(counts['refused_writes'])} (422 invalid {len(counts['invalid_writes'])}, "
+        f"cut by the kill {len(counts['cut_by_kill'])}), "
         f"failed webhook calls {len(counts['webhook_failures'])}; "
         f"container restarts {restarts}"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -70,3 +71,24 @@ def test_responses_keep_every_outcome(tmp_path: Path) -> None:
     log.write_text(json.dumps(event) + "\n" + json.dumps({**event, "stage": "RequestReceived"}))
     (got,) = audit.responses(log)
     assert (got.user, got.verb, got.resource, got.code) == (audit.OPERATOR_USER, "list", "machinesets", 403)
+
+
+def test_a_request_cut_by_its_clients_death_is_told_from_a_refusal(tmp_path: Path) -> None:
+    """Stop 35's CI: the leader the whole-flow test SIGKILLs had a patch in flight; the apiserver logged it
+    as 504 "context canceled", and the audit counted it as a refused write."""
+    cut = {"code": 504, "message": "Timeout: request did not complete within requested timeout - context canceled"}
+    lines = []
+    for received, answered, status in [
+        ("2026-12-04T15:00:00.900000Z", "2026-12-04T15:00:01.300000Z", cut),  # in flight at the kill
+        ("2026-12-04T15:00:10.000000Z", "2026-12-04T15:00:11.000000Z", cut),  # long after: a real timeout
+        ("2026-12-04T15:00:00.900000Z", "2026-12-04T15:00:01.300000Z", {"code": 504, "message": "deadline"}),
+    ]:
+        event = json.loads(_event("ResponseComplete", 504))
+        event.update(requestReceivedTimestamp=received, stageTimestamp=answered, responseStatus=status)
+        lines.append(json.dumps(event))
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join(lines))
+    got = audit.responses(log)
+    assert got[0].received == "2026-12-04T15:00:00.900000Z" and got[0].answered == "2026-12-04T15:00:01.300000Z"
+    killed = dt.datetime(2026, 12, 4, 15, 0, 1, tzinfo=dt.UTC)
+    assert [audit.cut_by_client(r, killed) for r in got] == [True, False, False]
