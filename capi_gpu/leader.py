@@ -53,6 +53,18 @@ def decide(lease: dict[str, Any] | None, me: str, unchanged_for_s: float) -> Act
     return Action.TAKE if unchanged_for_s > duration else Action.WAIT
 
 
+def timing_problem(lease_s: float, renew_deadline_s: float, retry_s: float) -> str | None:
+    """client-go's rule: the Lease outlives the renew deadline, which outlives a retry (with its 1.2 jitter),
+    so a leader gives up acting before anyone else may take over. None when the three agree."""
+    if round(lease_s) < 1:
+        return f"--leader-elect-lease-duration {lease_s}s: the Lease counts whole seconds, at least 1"
+    if not renew_deadline_s < round(lease_s):
+        return f"--leader-elect-renew-deadline {renew_deadline_s}s must be shorter than the lease duration {lease_s}s"
+    if not retry_s * 1.2 < renew_deadline_s:
+        return f"--leader-elect-retry-period {retry_s}s (x1.2 jitter) must be shorter than the renew deadline"
+    return None
+
+
 def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="namespace of the Lease (default: $POD_NAMESPACE, else capi-gpu-system)",
     )
     p.add_argument("--leader-election-id", default="capi-gpu-leader", help="name of the Lease")
+    # controller-runtime's flags and defaults, as CAPI's managers expose them: "15s" or "15".
+    p.add_argument("--leader-elect-lease-duration", type=seconds, default=15.0, help="Lease duration (15s)")
+    p.add_argument("--leader-elect-renew-deadline", type=seconds, default=10.0, help="stop unless renewed (10s)")
+    p.add_argument("--leader-elect-retry-period", type=seconds, default=2.0, help="between tries and renewals (2s)")
     p.add_argument(
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
@@ -97,6 +101,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def seconds(value: str) -> float:
+    """A duration flag: "15s" (controller-runtime's form) or a bare number of seconds."""
+    try:
+        out = float(value.removesuffix("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration in seconds (e.g. 15s)") from None
+    if out <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a duration must be positive")
+    return out
+
+
 def every(value: str) -> str | None:
     """'' and '*' mean all namespaces / all objects. '*' because clusterctl treats a variable whose default
     is empty as unset and refuses to install, so the shipped Deployment defaults to '*' (never a valid
@@ -114,6 +129,15 @@ def run(args: argparse.Namespace) -> int:
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
         problem = Settings.endpoint_problem(url, args.allow_plain_http)
+        if problem is not None:
+            print(f"capi-gpu run: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.leader_elect:
+        from capi_gpu.leader import timing_problem
+
+        problem = timing_problem(
+            args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period
+        )
         if problem is not None:
             print(f"capi-gpu run: {problem}", file=sys.stderr)
             return EXIT_USAGE
@@ -283,4 +307,12 @@ def make_elector(args: argparse.Namespace) -> Elector:
     # The pod's name (downward API) plus a random suffix, as client-go does: a restarted container of the
     # same pod is a new candidate, not the old holder renewing.
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
-    return Elector(Kube.in_cluster_or_kubeconfig(args.kubeconfig), namespace, args.leader_election_id, identity)
+    return Elector(
+        Kube.in_cluster_or_kubeconfig(args.kubeconfig),
+        namespace,
+        args.leader_election_id,
+        identity,
+        duration_s=max(1, round(args.leader_elect_lease_duration)),  # leaseDurationSeconds is an integer
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_s=args.leader_elect_retry_period,
+    )

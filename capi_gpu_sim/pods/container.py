@@ -97,11 +97,13 @@ class Container:
         startup: Probe | None,
         grace_s: float,
         changed: Callable[[], None],
+        backoff_scale: float = 1.0,
     ) -> None:
         self.name, self.pod_ip = name, pod_ip
         self._launch, self._changed = launch, changed
         self.liveness, self.readiness, self.startup = liveness, readiness, startup
         self.grace_s = grace_s
+        self.backoff_scale = backoff_scale
         self.state = State()
         self._stop = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -165,7 +167,8 @@ class Container:
             log.info("container %s exited %s (%s); restart in %.0fs", self.name, code, reason, backoff)
             if self._stop.wait(backoff):
                 return
-            backoff = min(BACKOFF_MAX_S, BACKOFF_START_S if not backoff else backoff * 2)
+            start, most = BACKOFF_START_S * self.backoff_scale, BACKOFF_MAX_S * self.backoff_scale
+            backoff = min(most, start if not backoff else backoff * 2)
 
     def _supervise(self, started: float) -> str:
         """Probe until the process exits or liveness fails; returns why it ended."""
@@ -223,6 +226,14 @@ class Container:
             cgroups.kill(cgroups.path_for(self._cgroup))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the container's main process only (tests: SIGTERM, a graceful exit the kubelet
+        then restarts as it restarts any exit under restartPolicy Always)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
 
     def crash(self) -> None:
         """SIGKILL the process tree now, as a node's OOM killer or a `kill -9` would (tests)."""

@@ -56,6 +56,9 @@ class Config:
     cgroup_prefix: str  # unique per runner: the container cgroups' names start with it
     table: Mapping[str, Callable[[], images.Entry]] = field(default_factory=lambda: dict(images.TABLE))
     node_name: str = NODE_NAME
+    # The restart back-off (10 s doubling to 5 min) times this: a world that crashes the operator at each of
+    # a dozen steps compresses it as it compresses the operator's own timeouts (--timing-scale).
+    backoff_scale: float = 1.0
 
 
 class Pod:
@@ -200,6 +203,7 @@ class Pod:
                         podspec.probe(c, "startupProbe"),
                         grace,
                         self._dirty.set,
+                        self.runner.config.backoff_scale,
                     )
                 )
         except (podspec.SpecError, images.UnknownImage, KubeError, OSError, subprocess.SubprocessError) as exc:
@@ -286,6 +290,7 @@ class PodRunner:
     def __init__(self, kube: Kube, config: Config) -> None:
         self.kube, self.config = kube, config
         self.pods: dict[str, Pod] = {}
+        self.tokens: list[str] = []  # every ServiceAccount token handed to a pod (tests look for leaks)
         self._ips = iter(f"{config.ip_prefix}{n}" for n in range(2, 255))
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -333,7 +338,9 @@ class PodRunner:
         }
         res = Res("", "v1", "serviceaccounts")
         answer = self.kube._call("POST", res.path(namespace, account, "token"), body=body)
-        return str(answer["status"]["token"])
+        token = str(answer["status"]["token"])
+        self.tokens.append(token)
+        return token
 
     def _watch(self) -> None:
         selector = f"spec.nodeName={self.config.node_name}"

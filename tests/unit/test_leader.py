@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import urllib3
 
-from capi_gpu.cli import EXIT_FAILED, EXIT_OK
+from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser
+from capi_gpu.cli import run as run_cli
 from capi_gpu.cli.run import lead_then
 from capi_gpu.kube import Conflict, KubeError
-from capi_gpu.leader import Action, Elector, decide
+from capi_gpu.leader import Action, Elector, decide, timing_problem
 from capi_gpu.probes import Probes
 from capi_gpu_sim.controlplane import free_port
 
@@ -300,3 +301,46 @@ def test_an_unreachable_apiserver_is_a_failed_try_not_a_crash(
             raise urllib3.exceptions.MaxRetryError(None, "/apis/coordination.k8s.io", "refused")  # type: ignore[arg-type]
 
     assert not elector(Unreachable(), "me").try_once()
+
+
+@pytest.mark.parametrize(
+    ("lease", "renew", "retry", "problem"),
+    [
+        (15, 10, 2, None),  # controller-runtime's defaults
+        (6, 4, 1, None),
+        (10, 10, 2, "renew-deadline"),  # a leader could act after another took over
+        (15, 10, 9, "retry-period"),  # 9 s x 1.2 jitter outlives the deadline: one missed try loses the Lease
+        (0.4, 0.2, 0.1, "whole seconds"),
+    ],
+)
+def test_the_leader_election_timings_must_nest(lease: float, renew: float, retry: float, problem: str | None) -> None:
+    got = timing_problem(lease, renew, retry)
+    assert (got is None) if problem is None else (got is not None and problem in got)
+
+
+def test_the_leader_election_flags_take_controller_runtimes_form_and_reach_the_elector() -> None:
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--leader-elect",
+            "--leader-elect-lease-duration=6s",
+            "--leader-elect-renew-deadline",
+            "4",
+            "--leader-elect-retry-period=1s",
+            "--kubeconfig",
+            "/nonexistent",
+        ]
+    )
+    assert (args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period) == (
+        6.0,
+        4.0,
+        1.0,
+    )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--leader-elect-lease-duration=soon"])
+    defaults = build_parser().parse_args(["run"])
+    assert (defaults.leader_elect_lease_duration, defaults.leader_elect_renew_deadline) == (15.0, 10.0)
+    assert defaults.leader_elect_retry_period == Elector.retry_s
+    assert run_cli.run(build_parser().parse_args(["run", "--leader-elect", "--leader-elect-renew-deadline=20s"])) == (
+        EXIT_USAGE
+    )
