@@ -311,7 +311,9 @@ def standby_phase(world: World, size: int, timeout: float) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     started = time.monotonic()
-    config = WorldConfig(state_dir=state, hosts=0, compression=args.compression, timing_scale=args.timing_scale)
+    config = WorldConfig(
+        state_dir=state, hosts=0, compression=args.compression, timing_scale=args.timing_scale, release=False
+    )
     if args.ansible_parallel:
         config.operator_args.extend(["--ansible-parallel", str(args.ansible_parallel)])
     world = World(config)

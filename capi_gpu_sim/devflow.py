@@ -135,8 +135,9 @@ def run(
         node = (k.get(PODS, pod, ns).get("spec") or {}).get("nodeName")
         if node:
             return summarise(world, started, node)
-        if world.operator is not None and world.operator.poll() is not None:
-            raise RuntimeError(f"the operator exited ({world.operator.returncode}); see {world.config.state_dir}")
+        failure = world.operator_failure()
+        if failure is not None:
+            raise RuntimeError(failure)
         time.sleep(1.0)
     raise TimeoutError(
         f"pod {pod} not bound after {timeout:.0f}s; machines: "

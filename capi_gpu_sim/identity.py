@@ -65,10 +65,16 @@ def request_token(cp: ControlPlane, namespace: str = SA_NAMESPACE, name: str = S
     return token
 
 
-def operator_kubeconfig(cp: ControlPlane, kube: Kube, path: Path) -> Path:
-    """Apply the shipped RBAC, get the ServiceAccount a token, write a kubeconfig using it (mode 0600)."""
-    apply_rbac(kube)
+def service_account_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    """A kubeconfig (mode 0600) that authenticates as the ServiceAccount, with a token of its own."""
     doc = cp.kubeconfig_dict(token=request_token(cp), user=f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}")
+    path.touch(mode=0o600)
+    path.chmod(0o600)  # before the token goes in
     path.write_text(yaml.safe_dump(doc))
-    path.chmod(0o600)
     return path
+
+
+def operator_kubeconfig(cp: ControlPlane, kube: Kube, path: Path) -> Path:
+    """Apply the shipped RBAC, then ``service_account_kubeconfig``."""
+    apply_rbac(kube)
+    return service_account_kubeconfig(cp, path)

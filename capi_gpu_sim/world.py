@@ -38,6 +38,7 @@ from capi_gpu_sim import webhook as simhook
 from capi_gpu_sim.controlplane import ControlPlane, Options, free_port
 from capi_gpu_sim.fleet import Fleet, FleetConfig
 from capi_gpu_sim.hosts import cgroups, keys
+from capi_gpu_sim.operator_pods import ReleaseOperator
 from capi_gpu_sim.pods.runner import Config as RunnerConfig
 from capi_gpu_sim.pods.runner import PodRunner
 from capi_gpu_sim.pods.services import ServiceProxy
@@ -83,10 +84,10 @@ class WorldConfig:
     addons: bool = False
     # Install the provider as a user does (capi_gpu_sim/release.py): `make release-manifests`' components
     # through the test-only overlay config/sim and `clusterctl init`, with cert-manager, the webhook, the
-    # shipped RBAC and ``replicas`` replicas, run by the pod runner. Off: the operator runs as a process of
-    # the test (kill/restart at any step, as the crash-fault tests need), as cluster-admin unless
-    # ``operator_rbac``.
-    release: bool = False
+    # shipped RBAC and ``replicas`` replicas, run by the pod runner. Every e2e world and `make dev` do; off
+    # (bench/scaleup only): the operator runs as a process of the checkout, as cluster-admin unless
+    # ``operator_rbac``, its webhook only with ``webhook``.
+    release: bool = True
     replicas: int = 1
 
 
@@ -124,6 +125,7 @@ class World:
         self.started = time.monotonic()
         self.operator_starts = 0
         self.operator_kubeconfig: Path | None = None  # set when the operator runs as its ServiceAccount
+        self.released: ReleaseOperator | None = None  # the manager Deployment's containers (release worlds)
         self.node_pods: node_pods.NodePods | None = None
         self.webhook_port = free_port() if config.webhook else 0
         self.addons_seconds: float | None = None
@@ -204,8 +206,10 @@ class World:
                 self.cp.ca.pem,
                 f"127.65.{octet}.",
                 f"f{slot}-pod",
+                backoff_scale=1 / cfg.timing_scale,
             ),
         ).start()
+        self.released = ReleaseOperator(self.pods)
         api = ("127.0.0.1", self.cp.port)
         self.services = ServiceProxy(self.cp.kube(), self.service_cidr, self.pods.endpoints, api).start()
         release.record_core(self.cp, self.k)
@@ -216,6 +220,7 @@ class World:
         variables = {"CAPI_GPU_SIM_ROBOT_URL": self.robot.url, "CAPI_GPU_SIM_TIMING_SCALE": str(cfg.timing_scale)}
         out, self.init_seconds = release.init(self.cp.kubeconfig, config, cfg.state_dir / "clusterctl", variables)
         (cfg.state_dir / "clusterctl-init.log").write_text(out)
+        self.operator_starts = 1
 
     def operator_pods(self) -> list[dict[str, Any]]:
         """The manager Deployment's pods (release worlds)."""
@@ -369,7 +374,14 @@ class World:
         path.write_text(yaml.safe_dump(overrides))
         return path
 
-    def start_operator(self, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
+    def start_operator(self, extra: list[str] | None = None) -> subprocess.Popen[bytes] | None:
+        """Start the operator's process; in a release world, wait until the kubelet has restarted every
+        container ``kill_operator`` stopped (there is no process of ours to start)."""
+        if self.released is not None:
+            assert not extra, "a release world's flags are the overlay's (WorldConfig.operator_args)"
+            self.released.restarted()
+            self.operator_starts += 1
+            return None
         assert self.robot is not None
         self.operator_starts += 1
         log = (self.config.state_dir / f"operator-{self.operator_starts}.log").open("wb")
@@ -426,7 +438,11 @@ class World:
 
     def kill_operator(self, signal_: int = 9) -> None:
         """Stop the operator with ``signal_`` (9: a crash, 15: a graceful stop) and, as a container runtime
-        does when the main process ends, everything else left in its cgroup."""
+        does when the main process ends, everything else left in its cgroup. In a release world: the same
+        to each manager container, which the kubelet then restarts (``start_operator`` waits for that)."""
+        if self.released is not None:
+            self.released.kill(signal_)
+            return
         if self.operator is not None and self.operator.poll() is None:
             self.operator.send_signal(signal_)
             try:
@@ -444,6 +460,21 @@ class World:
 
     def hosts(self) -> list[dict[str, Any]]:
         return self.k.list(HOSTS, self.config.namespace)
+
+    def operator_failure(self) -> str | None:
+        """Why the operator stopped without the test asking (its process exited, or a manager container
+        restarted by itself), or None."""
+        if self.released is not None:
+            return self.released.unordered_exit()
+        if self.operator is not None and self.operator.poll() is not None:
+            return f"the operator exited ({self.operator.returncode}); see {self.config.state_dir}"
+        return None
+
+    def artifacts_dirs(self) -> list[Path]:
+        """Where the operator keeps its Ansible artifacts: the manager pods' volumes, or the process's dir."""
+        if self.released is not None:
+            return self.released.artifacts_dirs()
+        return [self.config.state_dir / "artifacts"]
 
     def operator_logs(self) -> str:
         """Every operator process's output: the test's processes, or the manager pods' containers."""
@@ -483,7 +514,8 @@ class World:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.dump()
-        self.kill_operator(15)
+        if self.released is None:
+            self.kill_operator(15)
         if self.services is not None:
             self.services.stop()
         if self.pods is not None:

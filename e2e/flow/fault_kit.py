@@ -31,8 +31,9 @@ def until(what: str, fn: Callable[[], T | None], timeout: float, world: World | 
         value = fn()
         if value:
             return value
-        if world is not None and world.operator is not None and world.operator.poll() is not None:
-            raise AssertionError(f"the operator exited ({world.operator.returncode}) while waiting for {what}")
+        failure = world.operator_failure() if world is not None else None
+        if failure is not None:
+            raise AssertionError(f"{failure}, while waiting for {what}")
         if time.monotonic() > deadline:
             where = ""
             if world is not None:

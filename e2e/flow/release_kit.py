@@ -120,11 +120,9 @@ def holder(world: World) -> str:
 
 def crash_leader(world: World) -> str:
     """SIGKILL the leading replica's container (its whole cgroup); returns the pod's name."""
-    assert world.pods is not None
+    assert world.released is not None
     pod_name = holder(world).split("_", 1)[0]
-    pod = world.pods.pod(NS, pod_name)
-    assert pod is not None and pod.containers, f"no running pod for the Lease holder {holder(world)!r}"
-    pod.containers[0].crash()
+    world.released.crash_pod(pod_name)
     return pod_name
 
 

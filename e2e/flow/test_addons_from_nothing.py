@@ -87,7 +87,8 @@ def test_a_second_run_changes_nothing(world: World) -> None:
     before = cluster(world)
     ready_before = fk.condition(before, "AddonsReady")
     assert ready_before is not None
-    runs_dir = world.config.state_dir / "artifacts" / "addons" / f"{world.config.namespace}.{world.config.cluster}"
+    (artifacts,) = world.artifacts_dirs()  # the one manager pod's volume: it outlives a container restart
+    runs_dir = artifacts / "addons" / f"{world.config.namespace}.{world.config.cluster}"
     runs_before = len([p for p in runs_dir.iterdir() if p.is_dir()])
     # An hour on: the operator runs the playbook again to undo drift (cluster_addons.REFRESH).
     aged = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -132,12 +132,12 @@ def test_401_stops_every_call_after_one_failed_login_and_a_fixed_secret_resumes(
 
     # The operator restarts (a crash, a rollout) while the Secret is still wrong: the circuit lived in the old
     # process's memory, the HetznerGPUCluster's status tells the new one, and it sends nothing either.
+    log_from = len(world.operator_logs())
     world.kill_operator(9)
     world.start_operator()
-    log = world.config.state_dir / f"operator-{world.operator_starts}.log"
     until(
         "the restarted operator to hold the new host back",
-        lambda: any(m in log.read_text(errors="replace") for m in ("RobotCircuitOpen", "all Robot calls stopped")),
+        lambda: any(m in world.operator_logs()[log_from:] for m in ("RobotCircuitOpen", "all Robot calls stopped")),
         60,
         world,
     )

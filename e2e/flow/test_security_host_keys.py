@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from fault_kit import (
@@ -107,8 +106,10 @@ def test_an_installed_os_with_a_key_other_than_the_pinned_one_is_refused_before_
     # Nothing ran on it: no Ansible, no bootstrap (cloud-init still disabled), no login attempt in sshd's log.
     names = [o["name"] for o in ops(world, FIRST)]
     assert "configure" not in names and "bootstrap" not in names, names
-    artifacts = Path(world.config.state_dir / "artifacts" / host_name(FIRST))
-    assert not artifacts.exists() or not any(artifacts.iterdir()), list(artifacts.iterdir())
+    volumes = world.artifacts_dirs()  # the manager pod's artifacts volume, where every Ansible run leaves its own
+    assert volumes and all(v.is_dir() for v in volumes), volumes
+    ran = [p for v in volumes if (v / host_name(FIRST)).exists() for p in (v / host_name(FIRST)).iterdir()]
+    assert ran == [], ran
     assert host.read_file("/etc/cloud/cloud-init.disabled") is not None
     assert host.read_file("/var/lib/kubelet/sim-join.json") is None
 

@@ -1,6 +1,6 @@
 """The operator as a tenant of the management cluster, across one whole run (two GPU Machines provisioned, one
-deprovisioned, one moved away): it runs as its own ServiceAccount under exactly the shipped RBAC
-(config/rbac, a TokenRequest token) and never meets a Forbidden; a clusterctl-move style delete
+deprovisioned, one moved away): installed from the release, it runs as its own ServiceAccount under exactly the
+shipped RBAC (config/rbac, the pod's TokenRequest token) and never meets a Forbidden; a clusterctl-move style delete
 (Cluster paused, delete-for-move on the HetznerGPUMachine and its host) releases both finalizers without
 touching the server (no Robot call about it, no kubeadm reset, its OS and node keep running), and the objects
 created again the way clusterctl move creates them on the target (no status, new uids, the host before its
@@ -15,11 +15,10 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import release_kit
 from fault_kit import (
     GPU_MACHINES,
     HOSTS,
@@ -47,13 +46,14 @@ SELF_REVIEWS = Res("authentication.k8s.io", "v1", "selfsubjectreviews", namespac
 
 @pytest.fixture(scope="module")
 def sec_world(world_factory: Callable[..., World]) -> Iterator[World]:
-    world = world_factory(hosts=2, operator_rbac=True)
+    world = world_factory(hosts=2)
     yield world
 
 
 def _operator_kube(world: World) -> Kube:
-    assert world.operator_kubeconfig is not None
-    return Kube.from_kubeconfig(str(world.operator_kubeconfig))
+    """The manager's ServiceAccount, with a token of its own from the TokenRequest API."""
+    path = world.config.state_dir / "sa.kubeconfig"
+    return Kube.from_kubeconfig(str(identity.service_account_kubeconfig(world.cp, path)))
 
 
 def test_as_its_service_account_under_the_shipped_rbac_the_operator_provisions_without_a_forbidden(
@@ -73,7 +73,10 @@ def test_as_its_service_account_under_the_shipped_rbac_the_operator_provisions_w
             sa.delete(HOSTS, host_name(next(iter(world.fleet.hosts))), world.config.namespace)
     finally:
         sa.close()
-    assert world.operator is not None and str(world.operator_kubeconfig) in str(world.operator.args)
+    # The manager runs as that ServiceAccount, with no kubeconfig of ours: in-cluster config only.
+    pods = world.operator_pods()
+    assert pods and all(p["spec"]["serviceAccountName"] == identity.SA_NAME for p in pods), pods
+    assert not [a for p in pods for c in p["spec"]["containers"] for a in c.get("args", []) if "kubeconfig" in a]
 
     numbers = list(world.fleet.hosts)
     world.scale(2)
@@ -91,6 +94,8 @@ def test_as_its_service_account_under_the_shipped_rbac_the_operator_provisions_w
     logs = world.operator_logs()
     forbidden = [line for line in logs.splitlines() if "forbidden" in line.lower()]
     assert not forbidden, "\n".join(forbidden[:20])
+    audit = release_kit.operator_audit(world)
+    assert audit["requests"] > 0 and audit["forbidden"] == [], audit["forbidden"][:10]
 
 
 def test_delete_for_move_releases_the_finalizers_and_never_touches_the_server(sec_world: World) -> None:
@@ -235,7 +240,7 @@ def _b64(text: str) -> str:
 
 
 def _secrets(world: World) -> dict[str, list[str]]:
-    assert world.robot is not None and world.operator_kubeconfig is not None
+    assert world.robot is not None and world.pods is not None
     ns = world.config.namespace
     with world.robot.locked() as account:
         rescue_passwords = [s.last_rescue.password for s in account.servers.values() if s.last_rescue]
@@ -248,14 +253,13 @@ def _secrets(world: World) -> dict[str, list[str]]:
             private = base64.b64decode(s["data"]["ssh-host-privatekey"]).decode()
             os_keys += [*_key_lines(private), _b64(private.rstrip("\n") + "\n")]
     assert os_keys, "no OS host key Secret"
-    kubeconfig = yaml.safe_load(world.operator_kubeconfig.read_text())
     return {
         "Robot password": [world.robot.password],
         "rescue root password": rescue_passwords,
         "SSH private key": [*_key_lines(world.key.private_openssh), _b64(world.key.private_openssh)],
         "OS host private key": os_keys,
         "bootstrap token": [*tokens, *(t.split(".")[1] for t in tokens), _b64(bootstrap)],
-        "ServiceAccount token": [kubeconfig["users"][0]["user"]["token"]],
+        "ServiceAccount token": list(world.pods.tokens),  # every token the kubelet stand-in handed a pod
         "workload (admin) token": [world.cp.token],
     }
 
@@ -263,9 +267,8 @@ def _secrets(world: World) -> dict[str, list[str]]:
 def _haystacks(world: World) -> dict[str, str]:
     ns = world.config.namespace
     out = {"operator logs": world.operator_logs()}
-    artifacts = Path(world.config.state_dir) / "artifacts"
     out["Ansible artifacts"] = "\n".join(
-        p.read_text(errors="replace") for p in sorted(artifacts.rglob("*")) if p.is_file()
+        p.read_text(errors="replace") for d in world.artifacts_dirs() for p in sorted(d.rglob("*")) if p.is_file()
     )
     out["Events"] = json.dumps(world.k.list(EVENTS))
     objects: list[Any] = [world.k.list(ours(kind), ns) for kind in OUR_KINDS]
