@@ -33,9 +33,8 @@ from capi_gpu.kube import (
     Res,
     ours,
 )
-from capi_gpu_sim import aptrepo, binaries, controlplane_object, identity, node_pods, nvidia_chart, release, templates
-from capi_gpu_sim import webhook as simhook
-from capi_gpu_sim.controlplane import ControlPlane, Options, free_port
+from capi_gpu_sim import aptrepo, binaries, controlplane_object, node_pods, nvidia_chart, release, templates
+from capi_gpu_sim.controlplane import ControlPlane, Options
 from capi_gpu_sim.fleet import Fleet, FleetConfig
 from capi_gpu_sim.hosts import cgroups, keys
 from capi_gpu_sim.operator_pods import ReleaseOperator
@@ -68,12 +67,6 @@ class WorldConfig:
     operator_args: list[str] = field(default_factory=list)
     # Robot faults (``SimFaults`` fields) in force before anything calls Robot: latency, 5xx, tight limits.
     robot_faults: dict[str, Any] = field(default_factory=dict)
-    # Run the operator as the shipped ServiceAccount under the shipped RBAC (config/rbac), not as admin.
-    operator_rbac: bool = False
-    # The operator serves the validating webhook (config/webhook) with a certificate from the control
-    # plane's CA; installed once it listens, so it fails closed while the operator is down, as in a cluster.
-    # Off by default until the e2e suite has run with it (docs/webhook.md).
-    webhook: bool = False
     # The operator installs the workload cluster's DRA add-ons (NVIDIA's chart from its archive in
     # ../shared/upstream, the gate driver, the claim templates) through its Ansible run, as in a user's
     # cluster, and start() waits for AddonsReady. Without it (--no-addons) the world applies the same chart
@@ -85,8 +78,8 @@ class WorldConfig:
     # Install the provider as a user does (capi_gpu_sim/release.py): `make release-manifests`' components
     # through the test-only overlay config/sim and `clusterctl init`, with cert-manager, the webhook, the
     # shipped RBAC and ``replicas`` replicas, run by the pod runner. Every e2e world and `make dev` do; off
-    # (bench/scaleup only): the operator runs as a process of the checkout, as cluster-admin unless
-    # ``operator_rbac``, its webhook only with ``webhook``.
+    # (bench/scaleup only, to keep its figures comparable): the operator runs as a process of the checkout,
+    # as cluster-admin, without the webhook.
     release: bool = True
     replicas: int = 1
 
@@ -124,10 +117,8 @@ class World:
         self.key = keys.generate(comment="capi-gpu-dev")
         self.started = time.monotonic()
         self.operator_starts = 0
-        self.operator_kubeconfig: Path | None = None  # set when the operator runs as its ServiceAccount
         self.released: ReleaseOperator | None = None  # the manager Deployment's containers (release worlds)
         self.node_pods: node_pods.NodePods | None = None
-        self.webhook_port = free_port() if config.webhook else 0
         self.addons_seconds: float | None = None
         """How long start() waited, once the operator ran, for its add-ons run to set AddonsReady=True."""
 
@@ -178,12 +169,7 @@ class World:
             self.register_hosts()
             self.apply_cluster()
             if not cfg.release:
-                if cfg.operator_rbac:
-                    path = cfg.state_dir / "operator.kubeconfig"
-                    self.operator_kubeconfig = identity.operator_kubeconfig(self.cp, self.k, path)
                 self.start_operator()
-                if cfg.webhook:
-                    self._install_webhook()
             if cfg.addons:
                 self.wait_addons_ready()
         except BaseException:
@@ -225,10 +211,6 @@ class World:
     def operator_pods(self) -> list[dict[str, Any]]:
         """The manager Deployment's pods (release worlds)."""
         return self.k.list(PODS, release.SYSTEM_NAMESPACE, label_selector="control-plane=controller-manager")
-
-    def _install_webhook(self) -> None:
-        wait_for("the operator's webhook to listen", lambda: simhook.listening(self.webhook_port), 60)
-        simhook.install(self.k, self.cp.ca, self.webhook_port)
 
     def _namespace_and_secrets(self) -> None:
         cfg, robot = self.config, self.robot
@@ -391,7 +373,7 @@ class World:
             "capi_gpu.cli",
             "run",
             "--kubeconfig",
-            str(self.operator_kubeconfig or self.cp.kubeconfig),
+            str(self.cp.kubeconfig),
             "--robot-url",
             self.robot.url,
             "--allow-plain-http",
@@ -407,7 +389,6 @@ class World:
             str(self.playbook_vars_file()),
             *self._addons_args(),
             *self.config.operator_args,
-            *self._webhook_args(),
             *(extra or []),
         ]
         # In a cgroup of its own, as in a container: killing it ends everything it started (ansible-playbook,
@@ -423,14 +404,6 @@ class World:
             return ["--no-addons"]  # the world applied the same objects itself (_addons_by_hand)
         # The chart from its archive, as tests and CI install it; a user's operator pulls it from the registry.
         return ["--addons-chart", str(nvidia_chart.CHART), "--helm", str(binaries.ensure_helm())]
-
-    def _webhook_args(self) -> list[str]:
-        if not self.config.webhook:
-            return []
-        certs = self.config.state_dir / "webhook-certs"
-        if not certs.exists():
-            simhook.serving_cert(self.cp.ca, certs)
-        return simhook.operator_args(self.webhook_port, certs)
 
     def _operator_cgroup(self) -> str:
         slot = self.fleet.slot if self.fleet is not None else 0

@@ -1,12 +1,11 @@
 """A second management cluster for `clusterctl move`: its own control plane (kine + kube-apiserver + CAPI core)
-and our operator under the shipped RBAC, talking to the same Robot simulator and the same fleet as the
-world it stands next to.
+and our release installed on it by the pinned `clusterctl init` of the world's own local repository
+(cert-manager, the webhook, the shipped RBAC), run by a pod runner of its own, talking to the same Robot
+simulator and the same fleet as the world it stands next to.
 
-What `clusterctl init` would do is done here by hand, because `init` needs cert-manager, which cannot run
-here: every provider CRD gets clusterctl's `clusterctl.cluster.x-k8s.io` label (move discovers its types by
-that label), and the provider inventory (the `providers.clusterctl.cluster.x-k8s.io` CRD and one Provider
-per installed provider: cluster-api core, infrastructure-hetzner-gpu, and the sim's stand-in control
-plane provider) is created as init records it. The move itself is the real, pinned clusterctl binary.
+CAPI core runs as a process of the control plane on both sides, so its inventory entry (and the sim's
+stand-in control-plane provider's) is recorded as `clusterctl init` would have; the move itself is the
+real, pinned clusterctl binary.
 
 The workload cluster stays where it is: its nodes live on the world's apiserver, and the moved
 ``<cluster>-kubeconfig`` Secret keeps pointing there.
@@ -16,34 +15,21 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from capi_gpu import domain
 from capi_gpu.kube import NAMESPACES, SECRETS, Kube
-from capi_gpu_sim import binaries, controlplane_object, identity, release
+from capi_gpu_sim import binaries, controlplane_object, release
 from capi_gpu_sim.controlplane import ControlPlane, Options
-from capi_gpu_sim.hosts import cgroups
 from capi_gpu_sim.pods.runner import Config as RunnerConfig
 from capi_gpu_sim.pods.runner import PodRunner
 from capi_gpu_sim.pods.services import ServiceProxy
 from capi_gpu_sim.world import World
 
-CAPI_VERSION = release.CAPI_VERSION
-INVENTORY = [  # (namespace, name, providerName, type, version), as `clusterctl init` records them
-    ("capi-system", "cluster-api", "cluster-api", "CoreProvider", CAPI_VERSION),
-    ("capi-gpu-system", domain.PROVIDER_NAME, "hetzner-gpu", "InfrastructureProvider", "v0.1.0"),
-    ("capi-sim-system", "control-plane-sim", "sim", "ControlPlaneProvider", "v0.1.0"),
-]
-
-
-def init_like_clusterctl(cp: ControlPlane, kube: Kube) -> None:
-    """The provider CRDs labelled and the inventory recorded, as `clusterctl init` leaves a cluster."""
-    release.record_core(cp, kube)
-    for entry in INVENTORY[1:]:
-        release.record_provider(kube, *entry)
+# The sim's stand-in control-plane provider, recorded as `clusterctl init` would (nothing installs it).
+CONTROL_PLANE_SIM = ("capi-sim-system", "control-plane-sim", "sim", "ControlPlaneProvider", "v0.1.0")
 
 
 def label_for_move(kube: Kube, namespace: str, names: list[str]) -> None:
@@ -59,35 +45,18 @@ class Target:
     world: World
     workdir: Path
     cp: ControlPlane = field(init=False)
-    operator: subprocess.Popen[bytes] | None = None
     pods: PodRunner | None = None
     services: ServiceProxy | None = None
 
     def __post_init__(self) -> None:
-        if self.world.config.release:
-            # The release's Deployments need the deployment/replicaset controllers and the scheduler; the
-            # workload cluster (pods, claims, nodes) is still the world's.
-            self.service_cidr = f"127.66.{secrets.randbelow(250) + 1}.0/24"
-            options = Options(install_our_crds=False, service_cidr=self.service_cidr)
-        else:  # No scheduler, no controller-manager: nothing runs pods here.
-            options = Options(with_scheduler=False, with_controller_manager=False)
+        assert self.world.config.release, "the target installs the same release as the world"
+        # The release's Deployments need the deployment/replicaset controllers and the scheduler; the
+        # workload cluster (pods, claims, nodes) is still the world's.
+        self.service_cidr = f"127.66.{secrets.randbelow(250) + 1}.0/24"
+        options = Options(install_our_crds=False, service_cidr=self.service_cidr)
         self.cp = ControlPlane(self.workdir / "controlplane", options)
 
     def start(self) -> Target:
-        if self.world.config.release:
-            return self._start_release()
-        init_like_clusterctl(self.world.cp, self.world.k)  # the source: clusterctl init ran there first
-        self.cp.start()
-        self.kube = self.cp.kube()
-        controlplane_object.install(self.kube, self.cp)
-        init_like_clusterctl(self.cp, self.kube)
-        ns = self.world.config.namespace
-        self.kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        kubeconfig = identity.operator_kubeconfig(self.cp, self.kube, self.workdir / "operator.kubeconfig")
-        self._start_operator(kubeconfig)
-        return self
-
-    def _start_release(self) -> Target:
         """The target initialised as a user would: `clusterctl init` of the same release repository, its own
         pod runner and Service stand-in; the sim's control-plane provider recorded on both sides."""
         world = self.world
@@ -96,7 +65,7 @@ class Target:
         controlplane_object.install(self.kube, self.cp)
         for cp, kube in ((world.cp, world.k), (self.cp, self.kube)):
             release.record_core(cp, kube)
-            release.record_provider(kube, *INVENTORY[2])
+            release.record_provider(kube, *CONTROL_PLANE_SIM)
         slot = world.fleet.slot if world.fleet else 0
         octet = self.service_cidr.split(".")[2]
         api = ("127.0.0.1", self.cp.port)
@@ -118,24 +87,8 @@ class Target:
         release.init(self.cp.kubeconfig, config, self.workdir / "clusterctl", variables)
         return self
 
-    def _start_operator(self, kubeconfig: Path) -> None:
-        """The world's operator command line with this cluster's kubeconfig and artifacts of its own."""
-        assert self.world.operator is not None
-        argv = list(self.world.operator.args)[4:]  # after the cgroup wrapper: /bin/sh -c <script> <group>
-        argv[argv.index("--kubeconfig") + 1] = str(kubeconfig)
-        argv[argv.index("--artifacts-dir") + 1] = str(self.workdir / "artifacts")
-        assert argv[0] == sys.executable, argv[:3]
-        group = cgroups.ensure(self._cgroup())
-        log = (self.workdir / "operator.log").open("wb")
-        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
-        self.operator = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, cwd=binaries.REPO)
-        log.close()
-
-    def _cgroup(self) -> str:
-        return f"f{self.world.fleet.slot if self.world.fleet else 0}-operator-target"
-
     def operator_log(self) -> str:
-        paths = [self.workdir / "operator.log", *sorted(self.workdir.glob("pods/*/manager.log"))]
+        paths = sorted(self.workdir.glob("pods/*/manager.log"))
         return "".join(p.read_text(errors="replace") for p in paths if p.exists())
 
     def stop(self) -> None:
@@ -144,14 +97,6 @@ class Target:
         if self.pods is not None:
             self.pods.stop()
             self.pods.kube.close()
-        if self.operator is not None and self.operator.poll() is None:
-            self.operator.terminate()
-            try:
-                self.operator.wait(30)
-            except subprocess.TimeoutExpired:
-                self.operator.kill()
-                self.operator.wait(10)
-        cgroups.destroy(self._cgroup())
         if getattr(self, "kube", None) is not None:
             self.kube.close()
         self.cp.stop()
