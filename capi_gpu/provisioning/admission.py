@@ -54,19 +54,19 @@ def _age(meta: Mapping[str, Any]) -> tuple[str, str, str]:
     return (str(meta.get("creationTimestamp") or "~"), str(meta.get("namespace")), str(meta.get("name")))
 
 
-def duplicate_server(
-    host: HetznerGPUHost, others: Iterable[Mapping[str, Any]], older_only: bool = False
-) -> Refusal | None:
-    """Another HetznerGPUHost (any namespace) for the same Robot server: two would reset and install one
-    machine from two state machines. The webhook refuses any; the host controller (``older_only``) holds
-    every host but the first created, so the one already working on the server goes on."""
+def duplicate_server(host: HetznerGPUHost, others: Iterable[Mapping[str, Any]]) -> Refusal | None:
+    """Another, older HetznerGPUHost (any namespace) for the same Robot server: two would reset and install
+    one machine from two state machines. Only the younger of two is refused, by the webhook and by the host
+    controller alike: two written while the webhook was down are both stored, the controller holds the
+    younger, and the older one, already working on the server, must keep taking its patches (claim,
+    release, standby, retire). A new object has no creationTimestamp yet, so it is always the younger."""
     meta = host.metadata
     for other in others:
         om = other.get("metadata") or {}
         same = om.get("namespace") == meta.get("namespace") and om.get("name") == meta.get("name")
         if same or (other.get("spec") or {}).get("serverNumber") != host.spec.server_number:
             continue
-        if older_only and _age(om) > _age(meta):
+        if _age(om) > _age(meta):
             continue
         return Refusal(
             "spec.serverNumber",

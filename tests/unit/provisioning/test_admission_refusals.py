@@ -105,7 +105,7 @@ def test_second_host_for_a_server_is_refused_in_any_namespace() -> None:
     assert admission.refusals("HetznerGPUHost", host("new", "team-b", 42), existing, CAT) == []
 
 
-def test_the_controller_holds_only_hosts_younger_than_another_of_the_same_server() -> None:
+def test_only_the_younger_of_two_hosts_of_one_server_is_held_or_refused() -> None:
     older = host("first", "a", 1234567)
     older["metadata"]["creationTimestamp"] = "2026-12-03T10:00:00Z"
     younger = host("second", "b", 1234567)
@@ -114,7 +114,28 @@ def test_the_controller_holds_only_hosts_younger_than_another_of_the_same_server
         name: admission.HetznerGPUHost.model_validate({**doc, "status": {}})
         for name, doc in (("older", older), ("younger", younger))
     }
-    held = admission.duplicate_server(parsed["younger"], [older, younger], older_only=True)
+    held = admission.duplicate_server(parsed["younger"], [older, younger])
     assert held is not None and held.reason == Reason.DUPLICATE_SERVER
     assert "already has HetznerGPUHost a/first" in held.message
-    assert admission.duplicate_server(parsed["older"], [older, younger], older_only=True) is None
+    assert admission.duplicate_server(parsed["older"], [older, younger]) is None
+
+
+def test_patches_to_the_older_of_two_duplicates_pass_and_to_the_younger_are_refused() -> None:
+    """Two hosts written while the webhook was down: the older keeps working on the server, so its claim,
+    release, standby and retire patches must pass; the younger's are refused."""
+    older = host("first", "a", 1234567)
+    older["metadata"]["creationTimestamp"] = "2026-12-03T10:00:00Z"
+    younger = host("second", "b", 1234567)
+    younger["metadata"]["creationTimestamp"] = "2026-12-03T11:00:00Z"
+    stored = [older, younger]
+    patches: list[dict[str, Any]] = [
+        {"consumerRef": {"apiVersion": API, "kind": "HetznerGPUMachine", "name": "m", "namespace": "a"}},
+        {"consumerRef": None},
+        {"retired": True},
+        {"maintenanceMode": True},
+    ]
+    for patch in patches:
+        assert admission.refusals("HetznerGPUHost", older | {"spec": older["spec"] | patch}, stored, CAT) == []
+        [found] = admission.refusals("HetznerGPUHost", younger | {"spec": younger["spec"] | patch}, stored, CAT)
+        assert found.reason == Reason.DUPLICATE_SERVER
+        assert "already has HetznerGPUHost a/first" in found.message
