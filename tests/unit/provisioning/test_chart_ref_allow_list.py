@@ -67,11 +67,18 @@ def test_the_default_policy_allows_only_the_charts_registry() -> None:
 
 
 def cluster(chart_ref: str, template: bool = False) -> dict[str, Any]:
-    spec = {"robotCredentials": {"name": "robot"}, "sshKeys": {"rescue": {"name": "ssh"}},
-            "addons": {"draDriver": {"chartRef": chart_ref}}}  # fmt: skip
+    spec = {
+        "robotCredentials": {"name": "robot"},
+        "sshKeys": {"rescue": {"name": "ssh"}},
+        "addons": {"draDriver": {"chartRef": chart_ref}},
+    }
     if template:
-        return {"apiVersion": API, "kind": "HetznerGPUClusterTemplate", "metadata": {"name": "t"},
-                "spec": {"template": {"spec": spec}}}  # fmt: skip
+        return {
+            "apiVersion": API,
+            "kind": "HetznerGPUClusterTemplate",
+            "metadata": {"name": "t"},
+            "spec": {"template": {"spec": spec}},
+        }
     return {"apiVersion": API, "kind": "HetznerGPUCluster", "metadata": {"name": "c"}, "spec": spec}
 
 
