@@ -67,6 +67,10 @@ async def answer(
     if request.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return reply
     hosts = await kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
+    if request.get("operation") == "CREATE":
+        # The apiserver has stamped it already, perhaps in the same second as an older duplicate: a new
+        # object is the younger of any two, whatever the tie-break would say.
+        body = {**body, "metadata": {k: v for k, v in (body.get("metadata") or {}).items() if k != "creationTimestamp"}}
     found = admission.refusals(kind, dict(body), hosts, catalog.builtin_catalog(), charts)
     if found:
         out.update(allowed=False, status={"code": 422, "message": "; ".join(str(r) for r in found)})

@@ -177,6 +177,9 @@ def test_with_the_webhook_down_only_our_kinds_are_refused(hook: Hook, tmp_path: 
             hook.kube.create(MACHINES, sample("HetznerGPUMachine"), ns)
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "v"}}
         assert hook.kube.create(SECRETS, secret, ns)["metadata"]["uid"]
-        assert hook.kube.create(ours("hetznergpuclusters"), sample("HetznerGPUCluster"), ns)["metadata"]["uid"]
+        # HetznerGPUCluster is under the webhook too (its chartRef allow-list, issue 29); remediations are not.
+        with pytest.raises(KubeError, match="failed calling webhook"):
+            hook.kube.create(ours("hetznergpuclusters"), sample("HetznerGPUCluster"), ns)
+        assert hook.kube.create(ours("hetznergpuremediations"), sample("HetznerGPURemediation"), ns)["metadata"]["uid"]
     finally:
         simhook.uninstall(hook.kube, name)

@@ -10,6 +10,7 @@ import pytest
 
 from capi_gpu.api.conditions import Reason
 from capi_gpu.api.specs import GPUSpec
+from capi_gpu.controllers import webhook
 from capi_gpu.gpu import catalog, gpuplan
 from capi_gpu.provisioning import admission
 
@@ -139,3 +140,22 @@ def test_patches_to_the_older_of_two_duplicates_pass_and_to_the_younger_are_refu
         [found] = admission.refusals("HetznerGPUHost", younger | {"spec": younger["spec"] | patch}, stored, CAT)
         assert found.reason == Reason.DUPLICATE_SERVER
         assert "already has HetznerGPUHost a/first" in found.message
+
+
+async def test_a_new_host_stamped_in_the_same_second_as_the_older_is_still_the_younger() -> None:
+    """The apiserver stamps creationTimestamp before the webhook sees a CREATE; within one second of the older
+    host, the (namespace, name) tie-break alone could call the new one older. The webhook never does."""
+    stamp = "2026-12-03T10:00:00Z"
+    older = host("zz-first", "z", 1234567)
+    older["metadata"]["creationTimestamp"] = stamp
+    new = host("aa-second", "a", 1234567)
+    new["metadata"]["creationTimestamp"] = stamp
+
+    class Hosts:
+        async def list(self, *_: Any) -> list[dict[str, Any]]:
+            return [older]
+
+    review = {"apiVersion": "admission.k8s.io/v1", "request": {"uid": "1", "operation": "CREATE", "object": new}}
+    out = await webhook.answer(review, "validate-hetznergpuhost", Hosts())  # type: ignore[arg-type]
+    assert out["response"]["allowed"] is False
+    assert "already has HetznerGPUHost z/zz-first" in out["response"]["status"]["message"]
