@@ -214,8 +214,24 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "security-fields.md"
 @dataclass
 class Row:
     admitted: set[str] = field(default_factory=set)
+    """Payload classes the schema and the webhook let through."""
     sinks: set[str] = field(default_factory=set)
+    """Sinks an admitted payload reached (as data)."""
+    feeds: set[str] = field(default_factory=set)
+    """Sinks whose output changes with the field's value (another valid value than the sample's)."""
     problems: list[str] = field(default_factory=list)
+
+
+# Valid alternatives where a generic change of the sample's value is never valid (closed vocabularies).
+_KNOWN = {".preset": ["all-2g.48gb"], ".profiles{key}": ["2g.48gb"], ".size": ["2048M"]}
+
+
+def variants(leaf: str, original: str) -> list[str]:
+    """Other values that may be valid: the field's feeds are the sinks whose output they change."""
+    out = [original + "x", "x" + original, original + "0"]
+    if original[-1:].isdigit():
+        out.append(original[:-1] + str((int(original[-1]) + 1) % 10))
+    return out + next((v for k, v in _KNOWN.items() if leaf.endswith(k)), [])
 
 
 def sweep(port: int) -> tuple[dict[tuple[str, str], Row], list[Outcome]]:
@@ -227,8 +243,12 @@ def sweep(port: int) -> tuple[dict[tuple[str, str], Row], list[Outcome]]:
         for leaf in hostile.spec_leaves(kind):
             row = rows.setdefault((kind.kind, leaf), Row())
             for sample in hostile.samples(kind.kind):
+                base = drive(kind, sample)
                 for slot in hostile.slots(sample, leaf):
                     original = str(slot.route[-1]) if slot.is_key else _at(sample, slot)
+                    for other in variants(leaf, original):
+                        out = drive(kind, hostile.put(sample, slot, other))
+                        row.feeds |= {s for s, t in out.outputs.items() if t != base.outputs.get(s)}
                     for name, payload in hostile.payloads(port).items():
                         for value in {payload, original + payload, payload + original}:
                             out = drive(kind, hostile.put(sample, slot, value))
@@ -252,6 +272,7 @@ def _at(doc: dict[str, Any], slot: hostile.Slot) -> str:
 def table(rows: dict[tuple[str, str], Row]) -> str:
     """docs/security-fields.md: which payload classes each field admits, and which sinks they reach."""
     n_admit = sum(1 for r in rows.values() if r.admitted)
+    feeds = {s: sum(1 for r in rows.values() if s in r.feeds | r.sinks) for s in SINKS}
     per_sink = {s: sum(1 for r in rows.values() if s in r.sinks) for s in SINKS}
     lines = [
         "# Fields against sinks",
@@ -260,18 +281,23 @@ def table(rows: dict[tuple[str, str], Row]) -> str:
         "`python tests/unit/provisioning/hostile_sinks.py`); the test fails when this file differs from",
         "the sweep. Every string of every spec kind (map keys and list items included) gets each payload",
         "class alone and around its valid value; *admitted* lists the classes the schema and the webhook let",
-        "through, *sinks* where an admitted value then lands. Every landing is checked to be data (see",
-        "[security.md](security.md)): no sink output breaks its rule, no marker file, no connection.",
+        "through. In a sink's column, **payload**: an admitted payload lands there (checked to be data, see",
+        "[security.md](security.md)); **valid only**: the field feeds that sink (another valid value changes",
+        "its output) but its pattern admits no payload; `-`: never there. A field whose every other value the",
+        "builders refuse (the GPU model: layouts are per model) shows no feed. Pass: no sink output breaks",
+        "its rule, no marker file, no connection.",
         "",
-        f"- {len(rows)} fields in {len({k for k, _ in rows})} kinds; {n_admit} admit at least one payload class;",
-        *(f"- {per_sink[s]} fields reach {s}" for s in SINKS),
+        f"- {len(rows)} string fields in {len({k for k, _ in rows})} kinds (the remediation's spec has none);"
+        f" {n_admit} admit at least one payload class",
+        *(f"- {s}: fed by {feeds[s]} fields, {per_sink[s]} of them admit a payload into it" for s in SINKS),
         "",
-        "| kind | field | admitted payload classes | sinks (as data) |",
-        "|---|---|---|---|",
+        "| kind | field | admitted payload classes | " + " | ".join(SINKS) + " |",
+        "|---|---|---|" + "---|" * len(SINKS),
     ]
     for (kind, leaf), r in rows.items():
         admitted = ", ".join(sorted(r.admitted)) or "none"
-        lines.append(f"| {kind} | `{leaf}` | {admitted} | {', '.join(s for s in SINKS if s in r.sinks) or '-'} |")
+        cells = ["payload" if s in r.sinks else "valid only" if s in r.feeds else "-" for s in SINKS]
+        lines.append(f"| {kind} | `{leaf}` | {admitted} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
