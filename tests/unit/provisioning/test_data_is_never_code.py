@@ -1,6 +1,7 @@
 """Data is never code for Ansible: a Jinja payload in any extra var, through the real runners and the real
 add-ons playbook, reaches the play as the literal string and runs nothing on the operator (no marker file);
-the extra-vars file keeps every JSON type under its one ``!unsafe`` tag."""
+the extra-vars file keeps every JSON type under its one ``!unsafe`` tag; and every module that runs
+ansible-runner writes its extra vars through that one place."""
 
 from __future__ import annotations
 
@@ -87,3 +88,15 @@ def test_a_payload_reaches_the_play_as_the_literal_string(tmp_path: Path) -> Non
     assert result.ok, result.failed
     assert not marker.exists()
     assert (tmp_path / "work" / "marker").read_text() == payload + "\n"
+
+
+def test_every_playbook_run_writes_its_extra_vars_through_ansible_data() -> None:
+    """The one place: a module that runs ansible-runner never passes ``extravars=`` (ansible-runner would write
+    them as plain, trusted JSON) and writes its variables with ``ansible_data.write_extravars``."""
+    product = Path(ansible.__file__).resolve().parents[1]
+    runners = [p for p in product.rglob("*.py") if "ansible_runner" in p.read_text() and p.name != "ansible_data.py"]
+    assert {p.name for p in runners} == {"ansible.py", "addons.py"}
+    for path in runners:
+        text = path.read_text()
+        assert "extravars=" not in text, path
+        assert "ansible_data.write_extravars(" in text, path
