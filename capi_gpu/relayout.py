@@ -150,11 +150,8 @@ class Relayout:
             host_key=" ".join(secret_value(hostkey, "ssh-host-publickey", "").split()[:2]),
             private_key=secret_value(secret, "ssh-privatekey", "SSH key"),
         )
-        variables = playbook_vars.PlaybookVars(
-            kubernetes_version=machine.spec.kubernetes_version or "v1.36.3",
-            mig=playbook_vars.MigLayoutVars.of(plan),
-            driver_branch=gpu.driver_branch,
-            **self.overrides,
+        variables = playbook_vars.node_vars(
+            machine.spec.kubernetes_version or "v1.36.3", plan, gpu.driver_branch, self.overrides
         )
         self.say(f"apply layout {plan.key} on {host.status.ipv4} (mig-parted via the mig_layout role)")
         result = asyncio.run(ansible.AnsibleRunner(artifacts_root=self.artifacts).prepare_node(target, variables))

@@ -74,6 +74,7 @@ class Reason(StrEnum):
     KUBECONFIG_REJECTED = "KubeconfigRejected"
     OS_HOST_KEY_UNTRUSTED = "OSHostKeyUntrusted"
     ADDONS_INSTALLED = "AddonsInstalled"
+    CHART_REF_NOT_ALLOWED = "ChartRefNotAllowed"
     WAITING_FOR_CONTROL_PLANE = "WaitingForControlPlane"
     FEATURES_AVAILABLE = "FeaturesAvailable"
     FEATURES_MISSING = "FeaturesMissing"

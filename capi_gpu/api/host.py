@@ -61,6 +61,9 @@ class ErrorType(StrEnum):
     ROBOT = "RobotError"
 
 
+WWN_PATTERN = r"^(0x|eui\.|nvme-eui\.|naa\.)?[0-9a-fA-F.]+$"
+
+
 class RootDeviceHints(KubeModel):
     """Which disks to install on, by WWN (device names change between rescue and the OS)."""
 
@@ -74,9 +77,12 @@ class RootDeviceHints(KubeModel):
         )
     )
 
-    wwn: Annotated[str | None, Field(pattern=r"^(0x|eui\.|nvme-eui\.|naa\.)?[0-9a-fA-F.]+$")] = None
+    wwn: Annotated[str | None, Field(pattern=WWN_PATTERN)] = None
     """One disk by WWN."""
-    raid_wwns: Annotated[list[str] | None, Field(min_length=2, max_length=8)] = None
+    # Each one lands in installimage's config (a DRIVE line), so each has the one form a WWN has.
+    raid_wwns: Annotated[list[Annotated[str, Field(pattern=WWN_PATTERN)]] | None, Field(min_length=2, max_length=8)] = (
+        None
+    )
     """Two or more disks by WWN for software RAID."""
 
 

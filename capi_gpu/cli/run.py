@@ -81,6 +81,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--no-addons", action="store_true", help="don't install the DRA add-ons into workload clusters")
     p.add_argument("--addons-chart", default="", help="dra-driver-nvidia-gpu chart location (mirror or .tgz path)")
+    p.add_argument(
+        "--addons-chart-registry",
+        action="append",
+        default=[],
+        help="registry (host[:port]) a cluster's chartRef may name as oci://; repeat for more "
+        "(default: registry.k8s.io; any other chartRef but --addons-chart is refused)",
+    )
     p.add_argument("--helm", default="helm", help="helm binary for the add-ons playbook")
     p.add_argument(
         "--gate-plugin-image",
@@ -125,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     from capi_gpu.controllers import handlers
     from capi_gpu.probes import Probes
+    from capi_gpu.provisioning import chartref
     from capi_gpu.runtime.settings import Settings
 
     for url in filter(None, (args.robot_url, args.hcloud_endpoint)):
@@ -160,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         template_sync_annotations=args.sync_autoscaler_annotations,
         addons=not args.no_addons,
         addons_chart=args.addons_chart or None,
+        addons_chart_registries=tuple(args.addons_chart_registry) or chartref.DEFAULT_REGISTRIES,
         helm=args.helm,
         gate_plugin_image=args.gate_plugin_image,
         webhook_port=args.webhook_port,
@@ -216,7 +225,7 @@ def make_webhook(kubeconfig: str | None, settings: Settings) -> Serve | None:
 
     async def serve(serving: asyncio.Event) -> None:
         try:
-            await webhook.serve(server, kube, serving)
+            await webhook.serve(server, kube, serving, settings.chart_policy)
         finally:
             kube.close()
 

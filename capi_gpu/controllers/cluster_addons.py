@@ -7,7 +7,9 @@ Why a phase of its own: the playbook run is slow (seconds of helm and ansible), 
 it would apply changed (``AddonsRequest.digest`` against ``status.addons.appliedDigest``), after a failure
 (retried with a backoff), or once an hour to undo drift; every other pass costs one Secret read. The
 outcome is the ``AddonsReady`` condition, naming the chart version and, on failure, the failure class as
-its reason. A failure never blocks nodes by itself: the gate goes by the driver's slices, not by this.
+its reason. A failure never blocks nodes by itself: the gate goes by the driver's slices, not by this. A
+chartRef outside the operator's allow-list (``provisioning.chartref``; the webhook refuses it, this is for
+one written while it was off) runs nothing: AddonsReady False, reason ChartRefNotAllowed, and an Event.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from capi_gpu.api import conditions as c
 from capi_gpu.api.base import Condition
 from capi_gpu.api.cluster import AddonsStatus, HetznerGPUCluster
 from capi_gpu.kube import AsyncKube, Kube, KubeError
-from capi_gpu.provisioning import addons
+from capi_gpu.provisioning import addons, chartref
 from capi_gpu.readiness import features
 from capi_gpu.runtime import events, workload
 from capi_gpu.runtime.deps import Deps
@@ -83,6 +85,9 @@ async def reconcile(deps: Deps, hgc: HetznerGPUCluster, obj: dict[str, Any], clu
     namespace, gen = str(obj["metadata"]["namespace"]), obj["metadata"].get("generation")
     now, key = deps.clock(), (namespace, cluster)
     request = request_for(deps, hgc)
+    refused = chartref.refusal(hgc.spec.addons.dra_driver.chart_ref, deps.settings.chart_policy)
+    if refused is not None and deps.addons is not None:
+        return Phase(_refuse(obj, conds, refused, now, gen), status, None)
     version = request.chart_version if request.manage_dra_driver else "unmanaged"
     digest = request.digest(deps.addons.playbook_dir) if deps.addons is not None else ""
     fresh = status.applied_time is not None and now - status.applied_time < REFRESH
@@ -109,6 +114,15 @@ async def reconcile(deps: Deps, hgc: HetznerGPUCluster, obj: dict[str, Any], clu
     if not need_addons or deps.addons is None:
         return Phase(conds, status, None)
     return await _install(deps, obj, conds, found[1], request, digest)
+
+
+def _refuse(obj: dict[str, Any], conds: list[Condition], why: str, now: datetime, gen: Any) -> list[Condition]:
+    """A chartRef outside the allow-list (the webhook was off when it was written): nothing is fetched or run
+    until the spec changes, and the user learns why from the condition and one Event."""
+    before = c.get(conds, c.Type.ADDONS_READY)
+    if before is None or before.reason != c.Reason.CHART_REF_NOT_ALLOWED or before.message != why:
+        events.emit(obj, str(c.Reason.CHART_REF_NOT_ALLOWED), why, warning=True)
+    return c.set_condition(conds, c.Type.ADDONS_READY, False, c.Reason.CHART_REF_NOT_ALLOWED, why, now, gen)
 
 
 async def _check_features(

@@ -252,7 +252,7 @@ def _bootstrap(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> Acti
     name = hostname(host)
     uid = consumer.machine.metadata.get("uid", name)
     # server_number lets CABPK templates say provider-id: hrobot://{{ ds.meta_data.server_number }}.
-    meta = f"instance-id: {uid}\nlocal-hostname: {name}\nserver_number: {host.spec.server_number}\n"
+    meta = installimage.meta_data(str(uid), name, host.spec.server_number)
     shell.start_bootstrap(consumer.bootstrap.text, meta)
     return ActionResult.ok(message="bootstrap started")
 
@@ -269,11 +269,8 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
         return ActionResult.ok(message="no GPU stack requested", layout="none", prepared=consumer.prepared)
     gpu = consumer.gpu
     assert gpu is not None
-    variables = playbook_vars.PlaybookVars(
-        kubernetes_version=consumer.kubernetes_version,
-        mig=playbook_vars.MigLayoutVars.of(plan),
-        driver_branch=gpu.driver_branch,
-        **deps.settings.playbook_overrides,
+    variables = playbook_vars.node_vars(
+        consumer.kubernetes_version, plan, gpu.driver_branch, deps.settings.playbook_overrides
     )
     target = ansible.SSHTarget(
         name=hostname(host),

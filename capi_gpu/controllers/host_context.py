@@ -82,7 +82,7 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
     name = f"{hostname(host)}{domain.OS_HOSTKEY_SECRET_SUFFIX}"
     secret = await deps.kube.get_or_none(SECRETS, name, namespace)
     if secret is not None:
-        if not _ours(secret, uid):
+        if not owned_by(secret, uid):
             # Whoever planted it knows the private key: pinning it would let them answer as the node.
             raise AccessError(
                 c.Reason.OS_HOST_KEY_UNTRUSTED,
@@ -130,7 +130,7 @@ async def ensure_os_hostkey(deps: Deps, host: HetznerGPUHost, namespace: str) ->
     return pair
 
 
-def _ours(secret: Obj, host_uid: str) -> bool:
+def owned_by(secret: Obj, host_uid: str) -> bool:
     """Created by this controller for this host: owned by the HetznerGPUHost with this uid (clusterctl move
     rewrites owner references to the new uids, so a moved Secret still qualifies)."""
     owners = secret["metadata"].get("ownerReferences") or []

@@ -217,7 +217,7 @@ async def record_outcome(
 async def _held_as_duplicate(deps: Deps, obj: Obj, host: HetznerGPUHost) -> bool:
     """The webhook's one-host-per-server check, for a host written while it was down: an older host of
     the same server keeps it, this one never calls Robot (Ready False, DuplicateServer)."""
-    dup = admission.duplicate_server(host, await deps.kube.list(HOSTS), older_only=True)
+    dup = admission.duplicate_server(host, await deps.kube.list(HOSTS))
     if dup is None:
         return False
     await _write(deps, obj, host, Decision(host.status), None, (dup.reason, dup.message))

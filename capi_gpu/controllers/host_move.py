@@ -9,11 +9,12 @@ from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.base import Condition
 from capi_gpu.api.host import HetznerGPUHost, HetznerGPUHostStatus
-from capi_gpu.controllers.host_context import HOSTS
-from capi_gpu.kube import Obj
+from capi_gpu.controllers.host_context import HOSTS, hostname, owned_by
+from capi_gpu.hetzner import errors as robot_errors
+from capi_gpu.kube import SECRETS, Obj
 from capi_gpu.provisioning import move
 from capi_gpu.runtime import events
-from capi_gpu.runtime.deps import Deps
+from capi_gpu.runtime.deps import AccessError, Deps, secret_value
 
 
 def annotations_of(obj: Obj) -> dict[str, str]:
@@ -57,8 +58,10 @@ async def write_annotations(
 
 
 async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost | None:
-    """A host that arrived without status (clusterctl move) gets its status back from the snapshot. None
-    when the snapshot is unreadable: then only a condition is written and nothing is done to the server."""
+    """A host that arrived without status (clusterctl move) gets its status back from the snapshot, as far as
+    it can be checked (``move.untrusted``): one that disagrees with Robot or the pinned key's Secret is
+    dropped and the host registers again. None when the snapshot is unreadable or Robot can't check it yet:
+    then only a condition is written and nothing is done to the server."""
     text = annotations_of(obj).get(domain.ANNOTATION_STATUS)
     if text is None:
         return host  # never reconciled anywhere: a new host
@@ -66,13 +69,18 @@ async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost 
     try:
         status = move.restore(text)
     except ValueError as exc:
-        reason = move.Reason.STATUS_SNAPSHOT_INVALID
         msg = f"annotation {domain.ANNOTATION_STATUS} is not a host status ({str(exc)[:300]}); fix or remove it"
-        conds = c.set_condition([], c.Type.READY, False, reason, msg, deps.clock())
-        # No state in this write, so the host still counts as "arrived without status" next pass.
-        await deps.kube.patch(HOSTS, name, {"status": _conditions_body(conds)}, ns, sub="status")
-        events.emit(obj, reason, msg, warning=True)
+        await _not_restored(deps, obj, host, move.Reason.STATUS_SNAPSHOT_INVALID, msg)
         return None
+    sources = await _sources(deps, host, ns)
+    if isinstance(sources, str):
+        await _not_restored(deps, obj, host, move.Reason.STATUS_SNAPSHOT_UNCHECKED, sources)
+        return None
+    robot_ip, pinned = sources
+    if doubts := move.untrusted(status, robot_ip, pinned):
+        status = move.rediscover(pinned)
+        msg = f"status snapshot not restored: {'; '.join(doubts)}; registering again from Robot, without a reset"
+        events.emit(obj, move.Reason.STATUS_SNAPSHOT_UNTRUSTED, msg, warning=True)
     written = await deps.kube.patch(
         HOSTS, name, {"status": status.model_dump(by_alias=True, mode="json")}, ns, sub="status"
     )
@@ -82,6 +90,37 @@ async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost 
     obj["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
     meta = {**host.metadata, "resourceVersion": written["metadata"]["resourceVersion"]}
     return host.model_copy(update={"status": status, "metadata": meta})
+
+
+async def _not_restored(deps: Deps, obj: Obj, host: HetznerGPUHost, reason: str, msg: str) -> None:
+    """Only a condition (and, once per cause, an Event); nothing is done to the server. No state in this
+    write, so the host still counts as "arrived without status" next pass and is tried again."""
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    before = c.get(host.status.conditions, c.Type.READY)
+    conds = c.set_condition([], c.Type.READY, False, reason, msg, deps.clock())
+    await deps.kube.patch(HOSTS, name, {"status": _conditions_body(conds)}, ns, sub="status")
+    if before is None or before.reason != reason:
+        events.emit(obj, reason, msg, warning=True)
+
+
+async def _sources(deps: Deps, host: HetznerGPUHost, ns: str) -> tuple[str | None, str | None] | str:
+    """What a snapshot is checked against: Robot's address for the server number (None: not in the account)
+    and the public key of the OS host key Secret owned by this host (None: no such Secret yet). A string
+    says why they can't be read now."""
+    try:
+        robot = await deps.robots.get(deps.kube, ns, host.spec.robot.credentials_secret)
+        robot_ip: str | None = (await robot.cached_server(host.spec.server_number)).server_ip
+    except AccessError as exc:
+        return f"the snapshot is restored once Robot can check its address: {exc}"
+    except robot_errors.RobotNotFound:
+        robot_ip = None
+    except robot_errors.RobotError as exc:
+        return f"Robot did not answer ({type(exc).__name__}); the snapshot is restored once it can check its address"
+    name = f"{hostname(host)}{domain.OS_HOSTKEY_SECRET_SUFFIX}"
+    secret = await deps.kube.get_or_none(SECRETS, name, ns)
+    if secret is None or not owned_by(secret, str(host.metadata.get("uid", ""))):
+        return robot_ip, None  # the host loop waits for, or refuses, such a Secret before any SSH
+    return robot_ip, secret_value(secret, "ssh-host-publickey", "OS host key")
 
 
 async def pause(deps: Deps, obj: Obj, host: HetznerGPUHost) -> float:

@@ -4,8 +4,9 @@ Why a separate runner from ``ansible.AnsibleRunner``: this play talks to a Kuber
 kubernetes.core (helm, k8s) on the operator's own machine, not to a host over SSH, so it has no host key
 to pin and no private key to hide; what it must hide is the workload kubeconfig. The kubeconfig goes into
 a 0600 file inside the run's private data dir and is deleted when the run ends, and its credentials are
-sanitized out of every failure message. Controllers depend on the ``AddonsInstaller`` Protocol; its one
-operation is "make this cluster's add-ons be this", answered with a small typed ``AddonsOutcome``.
+sanitized out of every failure message. Its extra vars go through ``ansible_data`` like every run's, so
+no spec value is ever rendered as a template on the operator. Controllers depend on the ``AddonsInstaller``
+Protocol; its one operation is "make this cluster's add-ons be this", answered with a small typed ``AddonsOutcome``.
 
 The failure classes are decided by ``classify`` from the failed task's name and message: a chart that
 can't be fetched, values the chart refuses, a cluster API that does not answer, or anything else. Each
@@ -34,7 +35,7 @@ from typing import Any, Final, Protocol
 import ansible_runner
 import yaml
 
-from capi_gpu.provisioning import ansible_events
+from capi_gpu.provisioning import ansible_data, ansible_events
 from capi_gpu.provisioning.ansible import ENV_ALLOWLIST, default_playbook_dir
 
 PLAYBOOK: Final = "addons.yml"
@@ -172,8 +173,7 @@ class AnsibleAddons:
         try:
             _write_private(kc_path, kubeconfig)
             extra = request.extra_vars() | {"addons_kubeconfig": str(kc_path), "helm_binary": self.helm_binary}
-            (run_dir / "env").mkdir(mode=0o700)
-            _write_private(run_dir / "env" / "extravars", json.dumps(extra))
+            ansible_data.write_extravars(run_dir, extra)
             _write_private(run_dir / "ansible.cfg", "# capi-gpu: settings come from the environment\n")
             envvars = {
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
@@ -208,7 +208,7 @@ class AnsibleAddons:
             tail = _tail(run_dir / "artifacts" / "run" / "stdout")
         finally:
             kc_path.unlink(missing_ok=True)
-            (run_dir / "env" / "extravars").unlink(missing_ok=True)
+            (run_dir / ansible_data.EXTRAVARS).unlink(missing_ok=True)
             self._prune(cluster)
         return folder.result(status, run_dir, time.monotonic() - started, tail)
 

@@ -1,5 +1,6 @@
 """What the validating webhook refuses beyond the CRDs' CEL rules: what needs the GPU catalog (MIG
-placement, engine budgets, the driver branch) or other objects (one HetznerGPUHost per Robot server).
+placement, engine budgets, the driver branch), other objects (one HetznerGPUHost per Robot server) or the
+operator's flags (the registries a cluster's chartRef may name).
 
 The decisions are the controllers' own (``gpuplan.plan``, the same message and reason a LayoutValid
 condition carries, with the nearest valid layouts), so a refusal at ``kubectl apply`` and the condition
@@ -15,11 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from capi_gpu.api.cluster import Addons, HetznerGPUCluster, HetznerGPUClusterTemplate
 from capi_gpu.api.conditions import Reason
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineTemplate
 from capi_gpu.api.specs import GPUSpec
 from capi_gpu.gpu import catalog, gpuplan
+from capi_gpu.provisioning import chartref
 
 
 @dataclass(frozen=True)
@@ -54,19 +57,19 @@ def _age(meta: Mapping[str, Any]) -> tuple[str, str, str]:
     return (str(meta.get("creationTimestamp") or "~"), str(meta.get("namespace")), str(meta.get("name")))
 
 
-def duplicate_server(
-    host: HetznerGPUHost, others: Iterable[Mapping[str, Any]], older_only: bool = False
-) -> Refusal | None:
-    """Another HetznerGPUHost (any namespace) for the same Robot server: two would reset and install one
-    machine from two state machines. The webhook refuses any; the host controller (``older_only``) holds
-    every host but the first created, so the one already working on the server goes on."""
+def duplicate_server(host: HetznerGPUHost, others: Iterable[Mapping[str, Any]]) -> Refusal | None:
+    """Another, older HetznerGPUHost (any namespace) for the same Robot server: two would reset and install
+    one machine from two state machines. Only the younger of two is refused, by the webhook and by the host
+    controller alike: two written while the webhook was down are both stored, the controller holds the
+    younger, and the older one, already working on the server, must keep taking its patches (claim,
+    release, standby, retire). A new object has no creationTimestamp yet, so it is always the younger."""
     meta = host.metadata
     for other in others:
         om = other.get("metadata") or {}
         same = om.get("namespace") == meta.get("namespace") and om.get("name") == meta.get("name")
         if same or (other.get("spec") or {}).get("serverNumber") != host.spec.server_number:
             continue
-        if older_only and _age(om) > _age(meta):
+        if _age(om) > _age(meta):
             continue
         return Refusal(
             "spec.serverNumber",
@@ -77,11 +80,27 @@ def duplicate_server(
     return None
 
 
+def chart_refusals(addons: Addons, field: str, charts: chartref.Policy) -> list[Refusal]:
+    """A chartRef outside the operator's allow-list (``chartref``): helm would fetch it as the operator."""
+    why = chartref.refusal(addons.dra_driver.chart_ref, charts)
+    return [Refusal(f"{field}.draDriver.chartRef", Reason.CHART_REF_NOT_ALLOWED.value, why)] if why else []
+
+
 def refusals(
-    kind: str, body: Mapping[str, Any], hosts: Iterable[Mapping[str, Any]], cat: catalog.Catalog
+    kind: str,
+    body: Mapping[str, Any],
+    hosts: Iterable[Mapping[str, Any]],
+    cat: catalog.Catalog,
+    charts: chartref.Policy = chartref.DEFAULT_POLICY,
 ) -> list[Refusal]:
     """Everything wrong with ``body`` (one of our kinds) that the schema and CEL can't see."""
     try:
+        if kind == "HetznerGPUCluster":
+            c = HetznerGPUCluster.model_validate({**body, "status": {}})
+            return chart_refusals(c.spec.addons, "spec.addons", charts)
+        if kind == "HetznerGPUClusterTemplate":
+            ct = HetznerGPUClusterTemplate.model_validate(body)
+            return chart_refusals(ct.spec.template.spec.addons, "spec.template.spec.addons", charts)
         if kind == "HetznerGPUMachine":
             m = HetznerGPUMachine.model_validate(body)
             return gpu_refusals(m.spec.gpu, "spec.gpu", None, cat)

@@ -16,6 +16,9 @@ Security properties, each one tested:
   (``suppress_env_files``), which passes it through a fifo to ``ssh-agent``; the fifo is gone once
   ``ssh-add`` has read it. The environment recorded in the artifacts is reduced to what the run set
   plus a short allowlist, so operator secrets in the process environment don't land on disk.
+* **Every extra var is data, never a template**: ``ansible_data.write_extravars`` is the only writer of the
+  run's extra vars (tagged ``!unsafe``), so a spec string like ``{{ lookup('pipe', …) }}`` reaches the play
+  as that string and runs nothing on the operator.
 * Failure messages are sanitized (``ansible_events.sanitize``) with the key as a known secret.
 
 Artifacts are kept per host and run (``<root>/<host>/<run id>/``), the newest ``keep_runs`` of each.
@@ -45,7 +48,7 @@ from typing import Any, Final, Literal, Protocol
 
 import ansible_runner
 
-from capi_gpu.provisioning import ansible_events, playbook_vars
+from capi_gpu.provisioning import ansible_data, ansible_events, playbook_vars
 
 EventSink = Callable[[ansible_events.TaskEvent], None]
 
@@ -234,8 +237,7 @@ class AnsibleRunner:
         inventory = {"all": {"hosts": {target.name: host_vars}}}
         (run_dir / "inventory").mkdir(mode=0o700)
         _write_private(run_dir / "inventory" / "hosts.json", json.dumps(inventory, indent=2))
-        (run_dir / "env").mkdir(mode=0o700)
-        _write_private(run_dir / "env" / "extravars", json.dumps(extra_vars, indent=2))
+        ansible_data.write_extravars(run_dir, extra_vars)
         _write_private(run_dir / "ansible.cfg", "# capi-gpu: settings come from the environment\n")
 
     def _envvars(self, run_dir: Path, control_dir: Path) -> dict[str, str]:

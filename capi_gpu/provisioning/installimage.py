@@ -15,6 +15,8 @@ import base64
 import shlex
 from collections.abc import Sequence
 
+import yaml
+
 from capi_gpu.api.host import DiskInfo, RootDeviceHints
 from capi_gpu.api.specs import InstallImageSpec
 
@@ -66,6 +68,15 @@ def autosetup(spec: InstallImageSpec, hostname: str, wwns: Sequence[str], uefi: 
     return "\n".join(lines) + "\n"
 
 
+def meta_data(instance_id: str, hostname: str, server_number: int | None = None) -> str:
+    """The NoCloud meta-data, dumped as YAML data (never formatted text): a value with a newline or ``: ``
+    stays one value, so no name or uid can add a key cloud-init would act on."""
+    meta: dict[str, str | int] = {"instance-id": instance_id, "local-hostname": hostname}
+    if server_number is not None:
+        meta["server_number"] = server_number
+    return yaml.safe_dump(meta, sort_keys=False, default_flow_style=False)
+
+
 def _heredoc(path: str, content: str, mode: str) -> str:
     data = base64.b64encode(content.encode()).decode()
     return (
@@ -86,9 +97,7 @@ def post_install(
 ) -> str:
     """The ``-x`` script. ``user_data`` is the bootstrap data, or None for a standby install."""
     key_type = os_host_public_key.split(maxsplit=1)[0].removeprefix("ssh-")
-    meta = f"instance-id: {instance_id}\nlocal-hostname: {hostname}\n"
-    if server_number is not None:
-        meta += f"server_number: {server_number}\n"
+    meta = meta_data(instance_id, hostname, server_number)
     parts = [
         "#!/bin/bash\nset -euo pipefail\numask 077\n",
         "rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub\n",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 
-from capi_gpu.api.host import HetznerGPUHostStatus, HostState
+from capi_gpu.api.host import HetznerGPUHostStatus, HostKeys, HostState
 from capi_gpu.provisioning.model import DESTRUCTIVE
 from capi_gpu.provisioning.transitions import DEFERRED, NOT_SENT, PIPELINE_STATES
 
@@ -33,6 +33,8 @@ class Reason(StrEnum):
     CONSUMER_CHANGED = "ConsumerChanged"  # refreshing a moved consumer's uid lost a race; retried
     OS_HOST_KEY_MISSING = "OSHostKeyMissing"  # a key is pinned but its Secret is not there (yet)
     STATUS_SNAPSHOT_INVALID = "StatusSnapshotInvalid"  # the status annotation does not parse
+    STATUS_SNAPSHOT_UNTRUSTED = "StatusSnapshotUntrusted"  # it disagrees with Robot or the pinned key's Secret
+    STATUS_SNAPSHOT_UNCHECKED = "StatusSnapshotUnchecked"  # Robot did not answer: not restored yet
 
 
 def snapshot(status: HetznerGPUHostStatus) -> str:
@@ -47,6 +49,37 @@ def restore(text: str) -> HetznerGPUHostStatus:
     if not isinstance(body, dict):
         raise ValueError("status snapshot is not an object")
     return HetznerGPUHostStatus.model_validate(body)
+
+
+def untrusted(status: HetznerGPUHostStatus, robot_ip: str | None, pinned_os_key: str | None) -> list[str]:
+    """Why a restored snapshot must not be believed; empty when it may.
+
+    Anyone who may create a HetznerGPUHost writes the annotation, so it is trusted only as far as it can be
+    checked: the address against what Robot says for the server number (the operator would SSH there with
+    the namespace's key and send bootstrap data), the OS host key against the pinned key's Secret owned by
+    this host's uid (``pinned_os_key``; None when there is none yet: a move delivers the Secret after its
+    host, and the host loop waits for it and pins the Secret's key, never the snapshot's)."""
+    out = []
+    if status.ipv4 is not None and status.ipv4 != robot_ip:
+        out.append(f"ipv4 {status.ipv4} is not Robot's address for the server ({robot_ip or 'none'})")
+    if (
+        pinned_os_key is not None
+        and status.host_keys.os is not None
+        and _key(status.host_keys.os) != _key(pinned_os_key)
+    ):
+        out.append("hostKeys.os is not the key of the OS host key Secret owned by this host")
+    return out
+
+
+def rediscover(pinned_os_key: str | None) -> HetznerGPUHostStatus:
+    """The status an untrusted snapshot leaves: nothing of it. Registering reads the address from Robot,
+    and a claimed host whose installed OS answers there with the pinned key (and its name) is adopted
+    without a reset; state, hardware and MIG instances are found again, not believed."""
+    return HetznerGPUHostStatus(host_keys=HostKeys(os=pinned_os_key))
+
+
+def _key(line: str | None) -> tuple[str, ...]:
+    return tuple((line or "").split()[:2])  # type and blob; the comment is not the key
 
 
 def status_lost(raw_status: object) -> bool:

@@ -187,3 +187,16 @@ class PlaybookVars(BaseModel):
         if self.node_labels is not None:
             out["kubelet_node_labels"] = dict(self.node_labels)
         return out
+
+
+def node_vars(
+    kubernetes_version: str, plan: gpuplan.GPUPlan, driver_branch: str, overrides: dict[str, Any] | None = None
+) -> PlaybookVars:
+    """site.yml's variables for one node: the one builder Configure and relayout share, so the hostile-field
+    test drives the same code that a host's run does. ``overrides`` are the operator's --playbook-vars."""
+    return PlaybookVars(
+        kubernetes_version=kubernetes_version,
+        mig=MigLayoutVars.of(plan),
+        driver_branch=driver_branch,
+        **(overrides or {}),
+    )

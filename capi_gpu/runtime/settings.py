@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from capi_gpu.provisioning import chartref
 from capi_gpu.provisioning.model import Timing
 
 
@@ -63,10 +64,18 @@ class Settings(BaseModel):
     """Install each workload cluster's DRA add-ons (NVIDIA's chart, the gate driver, claim templates)."""
     addons_chart: str | None = None
     """Default location of the dra-driver-nvidia-gpu chart (a mirror, or an archive path); its registry if unset."""
+    addons_chart_registries: tuple[str, ...] = chartref.DEFAULT_REGISTRIES
+    """Registries (host or host:port) a cluster's chartRef may name as oci://; anything else is refused."""
     helm: str = "helm"
     """The helm binary the add-ons playbook runs."""
     gate_plugin_image: str = ""
     """Image of the gate driver's kubelet plugin; the manifest's when empty."""
+
+    @property
+    def chart_policy(self) -> chartref.Policy:
+        """Which chartRef a cluster may ask for (``provisioning.chartref``), from the add-ons flags."""
+        return chartref.Policy(self.addons_chart_registries, self.addons_chart)
+
     webhook_port: Annotated[int, Field(ge=0, le=65535)] = 0
     """Port of the validating webhook (HTTPS); 0: no webhook server (config/webhook points at 9443)."""
     webhook_address: str = "0.0.0.0"

@@ -110,7 +110,9 @@ async def test_a_new_cluster_gets_the_chart_once_its_api_answers_and_a_second_re
 
 async def test_a_chart_that_cannot_be_fetched_is_a_false_condition_and_a_retry(cp: ControlPlane, deps: Deps) -> None:
     kube = cp.kube()
-    make_cluster(kube, "a2", "c2", {"draDriver": {"chartRef": "/nonexistent/dra-driver-nvidia-gpu-0.4.1.tgz"}})
+    # The operator's own chart (its --addons-chart) is gone: a tenant may no longer name a path (issue 29).
+    deps.settings = deps.settings.model_copy(update={"addons_chart": "/nonexistent/dra-driver-nvidia-gpu-0.4.1.tgz"})
+    make_cluster(kube, "a2", "c2")
     cp.write_workload_kubeconfig("c2", "a2")
     requeue = await cluster_loop.reconcile(deps, "a2", "c2")
     failed = condition(kube, "a2", "c2")
@@ -129,7 +131,10 @@ async def test_opting_out_of_the_driver_installs_only_the_gate_and_claims(cp: Co
         kube,
         "a3",
         "c3",
-        {"draDriver": {"managed": False, "chartRef": "/nonexistent.tgz"}, "claimNamespaces": ["team-b"]},
+        {
+            "draDriver": {"managed": False, "chartRef": "oci://registry.k8s.io/no/such-chart"},
+            "claimNamespaces": ["team-b"],
+        },
     )
     cp.write_workload_kubeconfig("c3", "a3")
     await cluster_loop.reconcile(deps, "a3", "c3")

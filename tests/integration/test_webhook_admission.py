@@ -140,6 +140,21 @@ def test_a_second_host_for_one_server_is_refused(hook: Hook) -> None:
     hook.kube.delete(HOSTS, "gex131-1234567", first_ns)
 
 
+def test_a_chart_ref_outside_the_operators_registries_is_refused(hook: Hook) -> None:
+    """Issue 29: helm would fetch it as the operator. The operator here runs without chart flags: only
+    NVIDIA's registry is allowed."""
+    ns = hook.namespace()
+    cluster = sample("HetznerGPUCluster")
+    cluster["spec"]["addons"] = {"draDriver": {"chartRef": "oci://evil.example/charts/dra-driver-nvidia-gpu"}}
+    out = hook.kubectl_apply(cluster, ns)
+    assert out.returncode != 0
+    assert 'admission webhook "hetznergpucluster.validation.infrastructure.cluster.x-k8s.io" denied' in out.stderr
+    assert "spec.addons.draDriver.chartRef: ChartRefNotAllowed" in out.stderr
+    assert "registry evil.example is not one the operator allows" in out.stderr
+    cluster["spec"]["addons"]["draDriver"]["chartRef"] = "oci://registry.k8s.io/dra-driver-nvidia/charts/x"
+    assert hook.kubectl_apply(cluster, ns).returncode == 0
+
+
 def test_every_sample_passes_the_webhook(hook: Hook) -> None:
     ns = hook.namespace()
     for path in sorted(SAMPLES.glob("hetznergpu*.yaml")):
@@ -177,6 +192,9 @@ def test_with_the_webhook_down_only_our_kinds_are_refused(hook: Hook, tmp_path: 
             hook.kube.create(MACHINES, sample("HetznerGPUMachine"), ns)
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "v"}}
         assert hook.kube.create(SECRETS, secret, ns)["metadata"]["uid"]
-        assert hook.kube.create(ours("hetznergpuclusters"), sample("HetznerGPUCluster"), ns)["metadata"]["uid"]
+        # HetznerGPUCluster is under the webhook too (its chartRef allow-list, issue 29); remediations are not.
+        with pytest.raises(KubeError, match="failed calling webhook"):
+            hook.kube.create(ours("hetznergpuclusters"), sample("HetznerGPUCluster"), ns)
+        assert hook.kube.create(ours("hetznergpuremediations"), sample("HetznerGPURemediation"), ns)["metadata"]["uid"]
     finally:
         simhook.uninstall(hook.kube, name)

@@ -1,13 +1,17 @@
 """A host as clusterctl move leaves it on the target (created without status, its consumer created later with
 a new uid, its OS host key Secret maybe later still) never touches its server: it gets its status back from
-the snapshot, waits while its consumer is missing, refreshes a consumer uid that changed, waits for a pinned
+the snapshot as far as Robot's address and the owned pinned key's Secret confirm it (a forged ipv4 or
+hostKeys.os, or a server Robot does not know, drops it and the host registers again, never connecting to the
+forged address; a Robot that does not answer restores nothing yet), waits while its consumer is missing, refreshes a consumer uid that changed, waits for a pinned
 key's Secret instead of minting a new key; and pause, through the host's own annotation or its consumer's
 Cluster, stops every write but the Paused condition, unless a destructive step is open (block-move)."""
 
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
 
 import pytest
 from fake_kube import NS, FakeKube
@@ -15,6 +19,8 @@ from fake_kube import NS, FakeKube
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHostStatus, HostKeys, HostState, Operation, Step
 from capi_gpu.controllers import host_loop
+from capi_gpu.hetzner import errors as robot_errors
+from capi_gpu.hetzner import models
 from capi_gpu.kube import Obj
 from capi_gpu.provisioning import hostkeys, move, ssh
 from capi_gpu.runtime.deps import Deps, RobotClients
@@ -33,15 +39,39 @@ class NoSSH:
     """Every session counted; none connects (the server must not be needed to decide anything here)."""
 
     opened = 0
+    addresses: ClassVar[list[str]] = []
 
     def __init__(self, endpoint: ssh.Endpoint, creds: ssh.Credentials) -> None:
         type(self).opened += 1
+        type(self).addresses.append(endpoint.host)
 
     def hostname(self) -> str:
         raise ssh.ConnectTimeout("192.0.2.10", "no server in a unit test")
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class FixedRobots(RobotClients):
+    """The real clients (on a refused URL: every other call fails as an unreachable Robot does), except that
+    the server list knows server 1 at ``ip`` (None: not in the account); ``answers=False``: Robot is down."""
+
+    ip: str | None = "192.0.2.10"
+    answers: bool = True
+
+    async def get(self, kube: Any, namespace: str, secret_name: str) -> Any:
+        client = await super().get(kube, namespace, secret_name)
+        if not self.answers:
+            return client
+
+        async def cached_server(number: int) -> models.Server:
+            if self.ip is None:
+                raise robot_errors.RobotNotFound(404, "SERVER_NOT_FOUND", f"server {number} not in account")
+            return models.Server(server_number=number, server_name=HOST, server_ip=self.ip, status="ready")
+
+        client.cached_server = cached_server
+        return client
 
 
 def _status(state: HostState, step: Step | None = None, ops: tuple[str, ...] = ()) -> HetznerGPUHostStatus:
@@ -122,10 +152,11 @@ def _cluster(paused: bool) -> tuple[str, Obj]:
     return ("clusters", {"metadata": {"name": "dev"}, "spec": {"paused": paused}})
 
 
-def _deps(kube: FakeKube) -> Deps:
-    NoSSH.opened = 0
+def _deps(kube: FakeKube, robots: FixedRobots | None = None) -> Deps:
+    NoSSH.opened, NoSSH.addresses = 0, []
     settings = Settings(robot_url="http://127.0.0.1:9")
-    return Deps(kube, settings, None, RobotClients(settings), clock=lambda: T0, shell_factory=NoSSH)  # type: ignore[arg-type]
+    robots = robots or FixedRobots(settings)
+    return Deps(kube, settings, None, robots, clock=lambda: T0, shell_factory=NoSSH)  # type: ignore[arg-type]
 
 
 def _stored(kube: FakeKube) -> Obj:
@@ -319,3 +350,45 @@ async def test_a_host_claimed_before_the_label_existed_records_its_cluster_unles
     labels = _stored(kube)["metadata"].get("labels") or {}
     assert labels.get(domain.CONSUMER_CLUSTER_LABEL) == (None if cluster_paused else "dev")
     assert _stored(kube)["status"]["state"] == "Provisioned"
+
+
+FORGED_KEY = hostkeys.generate(comment="attacker")
+
+
+@pytest.mark.parametrize(
+    ("forged", "robots", "why"),
+    [
+        ({"ipv4": "203.0.113.66"}, {}, "ipv4 203.0.113.66 is not Robot's address for the server (192.0.2.10)"),
+        ({"host_keys": HostKeys(os=FORGED_KEY.public)}, {}, "hostKeys.os is not the key of the OS host key Secret"),
+        ({}, {"ip": None}, "ipv4 192.0.2.10 is not Robot's address for the server (none)"),
+    ],
+    ids=["ipv4", "hostKeys.os", "server not in the account"],
+)
+async def test_a_forged_snapshot_is_dropped_and_the_host_registers_again_from_robot(
+    forged: dict[str, Any], robots: dict[str, Any], why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emitted: list[tuple[str, str]] = []
+    monkeypatch.setattr(host_loop.host_move.events, "emit", lambda _o, r, m, *_, **__: emitted.append((r, m)))
+    snapshot = _status(HostState.PROVISIONED).model_copy(update=forged)
+    kube = FakeKube(("hetznergpuhosts", _host(None, snapshot)), *SECRETS, OS_SECRET, _machine(), _cluster(False))
+    deps = _deps(kube, FixedRobots(Settings(), **robots))
+    for _ in range(3):
+        await host_loop.reconcile(deps, NS, HOST)
+    status = _stored(kube)["status"]
+    # Registering again; a server Robot does not know fails there, for good (RegistrationError).
+    assert status["state"] == ("Registering" if robots.get("ip", "") is not None else "Error")
+    assert status.get("ipv4") in (None, robots.get("ip", "192.0.2.10"))  # Robot's, never the snapshot's
+    assert status["hostKeys"]["os"] == OS_KEY.public  # the owned Secret's, never the snapshot's
+    assert "hardware" not in status and not status.get("migInstances")
+    assert "203.0.113.66" not in NoSSH.addresses
+    untrusted = [m for r, m in emitted if r == move.Reason.STATUS_SNAPSHOT_UNTRUSTED]
+    assert len(untrusted) == 1 and why in untrusted[0]
+    assert not [w for w in kube.writes if w[0] == "create"]  # no new OS host key: the pinned one is kept
+
+
+async def test_a_snapshot_robot_cannot_check_yet_is_not_restored_and_nothing_is_sent() -> None:
+    kube = FakeKube(("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))), *SECRETS, OS_SECRET)
+    await host_loop.reconcile(_deps(kube, FixedRobots(Settings(), answers=False)), NS, HOST)
+    assert "state" not in _stored(kube)["status"]  # still "arrived without status": tried again next pass
+    assert _ready(kube)["Ready"] == f"False/{move.Reason.STATUS_SNAPSHOT_UNCHECKED}"
+    assert NoSSH.opened == 0

@@ -10,6 +10,7 @@ import pytest
 
 from capi_gpu.api.conditions import Reason
 from capi_gpu.api.specs import GPUSpec
+from capi_gpu.controllers import webhook
 from capi_gpu.gpu import catalog, gpuplan
 from capi_gpu.provisioning import admission
 
@@ -105,7 +106,7 @@ def test_second_host_for_a_server_is_refused_in_any_namespace() -> None:
     assert admission.refusals("HetznerGPUHost", host("new", "team-b", 42), existing, CAT) == []
 
 
-def test_the_controller_holds_only_hosts_younger_than_another_of_the_same_server() -> None:
+def test_only_the_younger_of_two_hosts_of_one_server_is_held_or_refused() -> None:
     older = host("first", "a", 1234567)
     older["metadata"]["creationTimestamp"] = "2026-12-03T10:00:00Z"
     younger = host("second", "b", 1234567)
@@ -114,7 +115,47 @@ def test_the_controller_holds_only_hosts_younger_than_another_of_the_same_server
         name: admission.HetznerGPUHost.model_validate({**doc, "status": {}})
         for name, doc in (("older", older), ("younger", younger))
     }
-    held = admission.duplicate_server(parsed["younger"], [older, younger], older_only=True)
+    held = admission.duplicate_server(parsed["younger"], [older, younger])
     assert held is not None and held.reason == Reason.DUPLICATE_SERVER
     assert "already has HetznerGPUHost a/first" in held.message
-    assert admission.duplicate_server(parsed["older"], [older, younger], older_only=True) is None
+    assert admission.duplicate_server(parsed["older"], [older, younger]) is None
+
+
+def test_patches_to_the_older_of_two_duplicates_pass_and_to_the_younger_are_refused() -> None:
+    """Two hosts written while the webhook was down: the older keeps working on the server, so its claim,
+    release, standby and retire patches must pass; the younger's are refused."""
+    older = host("first", "a", 1234567)
+    older["metadata"]["creationTimestamp"] = "2026-12-03T10:00:00Z"
+    younger = host("second", "b", 1234567)
+    younger["metadata"]["creationTimestamp"] = "2026-12-03T11:00:00Z"
+    stored = [older, younger]
+    patches: list[dict[str, Any]] = [
+        {"consumerRef": {"apiVersion": API, "kind": "HetznerGPUMachine", "name": "m", "namespace": "a"}},
+        {"consumerRef": None},
+        {"retired": True},
+        {"maintenanceMode": True},
+    ]
+    for patch in patches:
+        assert admission.refusals("HetznerGPUHost", older | {"spec": older["spec"] | patch}, stored, CAT) == []
+        [found] = admission.refusals("HetznerGPUHost", younger | {"spec": younger["spec"] | patch}, stored, CAT)
+        assert found.reason == Reason.DUPLICATE_SERVER
+        assert "already has HetznerGPUHost a/first" in found.message
+
+
+async def test_a_new_host_stamped_in_the_same_second_as_the_older_is_still_the_younger() -> None:
+    """The apiserver stamps creationTimestamp before the webhook sees a CREATE; within one second of the older
+    host, the (namespace, name) tie-break alone could call the new one older. The webhook never does."""
+    stamp = "2026-12-03T10:00:00Z"
+    older = host("zz-first", "z", 1234567)
+    older["metadata"]["creationTimestamp"] = stamp
+    new = host("aa-second", "a", 1234567)
+    new["metadata"]["creationTimestamp"] = stamp
+
+    class Hosts:
+        async def list(self, *_: Any) -> list[dict[str, Any]]:
+            return [older]
+
+    review = {"apiVersion": "admission.k8s.io/v1", "request": {"uid": "1", "operation": "CREATE", "object": new}}
+    out = await webhook.answer(review, "validate-hetznergpuhost", Hosts())  # type: ignore[arg-type]
+    assert out["response"]["allowed"] is False
+    assert "already has HetznerGPUHost z/zz-first" in out["response"]["status"]["message"]

@@ -1,6 +1,7 @@
 """What a host carries through clusterctl move: its status snapshot round-trips (without the derived
 conditions), an object without status is told apart from one with status, an unreadable snapshot is
-refused, and which recorded operations keep a step open (block-move) and which do not."""
+refused, a restored one is trusted only as far as Robot's address and the pinned key confirm it, and which
+recorded operations keep a step open (block-move) and which do not."""
 
 from __future__ import annotations
 
@@ -91,3 +92,33 @@ def test_block_move_while_a_destructive_step_is_recorded_and_unconfirmed(
     state: HostState, step: Step | None, ops: tuple[tuple[str, str | None, int], ...], blocks: bool
 ) -> None:
     assert move.in_flight(_status(state, step, ops)) is blocks
+
+
+PINNED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPinnedPinnedPinnedPinnedPinnedPinnedPinned gex-1"
+
+
+@pytest.mark.parametrize(
+    ("ipv4", "os_key", "robot_ip", "pinned", "doubts"),
+    [
+        ("192.0.2.10", PINNED, "192.0.2.10", PINNED, []),
+        ("192.0.2.10", PINNED.rsplit(" ", 1)[0] + " other-comment", "192.0.2.10", PINNED, []),  # comment isn't key
+        (None, None, "192.0.2.10", PINNED, []),  # snapshot from before Registering read the address
+        ("192.0.2.10", PINNED, "192.0.2.10", None, []),  # Secret not here yet: the loop waits and pins its key
+        ("203.0.113.66", PINNED, "192.0.2.10", PINNED, ["ipv4"]),
+        ("192.0.2.10", PINNED, None, PINNED, ["ipv4"]),  # Robot does not know the server
+        ("192.0.2.10", "ssh-ed25519 AAAAforged", "192.0.2.10", PINNED, ["hostKeys.os"]),
+        ("203.0.113.66", "ssh-ed25519 AAAAforged", "192.0.2.10", PINNED, ["ipv4", "hostKeys.os"]),
+    ],
+)
+def test_a_snapshot_is_trusted_only_as_far_as_robot_and_the_pinned_key_confirm_it(
+    ipv4: str | None, os_key: str | None, robot_ip: str | None, pinned: str | None, doubts: list[str]
+) -> None:
+    status = HetznerGPUHostStatus(state=HostState.PROVISIONED, ipv4=ipv4, host_keys=HostKeys(os=os_key))
+    found = move.untrusted(status, robot_ip, pinned)
+    assert [d.split(" ", 1)[0] for d in found] == doubts
+
+
+def test_what_an_untrusted_snapshot_leaves_is_registering_with_the_pinned_key_only() -> None:
+    fresh = move.rediscover(PINNED)
+    assert fresh == HetznerGPUHostStatus(host_keys=HostKeys(os=PINNED))
+    assert fresh.state is HostState.REGISTERING and fresh.ipv4 is None and fresh.hardware is None
