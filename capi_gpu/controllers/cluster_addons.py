@@ -43,6 +43,13 @@ class Phase:
     """Seconds until this phase wants another pass (the next feature probe at the latest); None: no need."""
 
 
+def plugin_rollout(max_unavailable: str) -> dict[str, Any]:
+    """The chart values that make its kubelet-plugin DaemonSet roll ``max_unavailable`` nodes at a time (pure;
+    a count goes to the DaemonSet as a number, a percentage as a string, as Kubernetes' IntOrString wants)."""
+    value: int | str = int(max_unavailable) if max_unavailable.isdigit() else max_unavailable
+    return {"kubeletPlugin": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": value}}}}
+
+
 def request_for(deps: Deps, hgc: HetznerGPUCluster) -> addons.AddonsRequest:
     spec = hgc.spec.addons
     default_ref = deps.settings.addons_chart or addons.DEFAULT_CHART_REF
@@ -50,6 +57,7 @@ def request_for(deps: Deps, hgc: HetznerGPUCluster) -> addons.AddonsRequest:
         manage_dra_driver=spec.dra_driver.managed,
         chart_ref=spec.dra_driver.chart_ref or default_ref,
         chart_version=spec.dra_driver.chart_version,
+        extra_values=plugin_rollout(spec.dra_driver.plugin_max_unavailable),
         claim_namespaces=tuple(spec.claim_namespaces),
         gate_plugin_image=deps.settings.gate_plugin_image,
     )
