@@ -15,6 +15,11 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 # The project's own domain, for labels, annotations, conditions and the gate DRA driver.
 DOMAIN: Final = "gpu.infrastructure.cluster.x-k8s.io"
+# kopf's progress records (a retried delete handler's attempts) live under a prefix of their own: kopf drops
+# every annotation under its progress prefix from the diff it hands to on.update, so with DOMAIN there the
+# host levers (annotations in DOMAIN) never reached their handlers. A "kopf." prefix also spares the
+# "<prefix>/kopf-managed" marker kopf would otherwise write onto every object it handles.
+KOPF_PROGRESS_PREFIX: Final = f"kopf.{DOMAIN}"
 
 # CAPI core names we read or write.
 CAPI_GROUP: Final = "cluster.x-k8s.io"

@@ -102,6 +102,11 @@ class DRADriverAddon(KubeModel):
     """Label selector of the driver's kubelet-plugin pods. A node is GPU-ready only while one of them is Running
     and Ready on it: the kubelet keeps a departed plugin's slices for 30 s, so slices alone would call a node
     without a plugin ready. Empty turns this check off (the slices alone decide)."""
+    plugin_max_unavailable: Annotated[str, Field(pattern=r"^([1-9][0-9]{0,3}|([1-9][0-9]?|100)%)$")] = "1"
+    """How many GPU nodes' kubelet-plugin pods a chart upgrade or values change restarts at once: a count
+    ("1") or a percentage of the GPU nodes ("25%"), as a string. A node whose plugin restarts loses GPU-ready
+    (startup taint back, claims wait) until the new pod publishes its slices; the chart's own default,
+    100%, would take every GPU node out at once."""
 
 
 class Addons(KubeModel):

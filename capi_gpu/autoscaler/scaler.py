@@ -16,7 +16,9 @@ Passes are event-driven with a debounce: a burst of pod and claim changes (a Job
 pass once the cluster has been quiet for ``debounce`` seconds; a resync every ``resync`` seconds covers
 the pending grace and management-side changes (replicas, Machines getting nodes). The replicas patch
 carries the resourceVersion it was decided on, so a concurrent change makes it fail and the next pass
-decides again.
+decides again. It is never sent to a paused MachineDeployment or Cluster (``runtime.pause``, asked right
+before the write): a paused Cluster ends the scaler until its supervisor sees the resume, so the source of
+a clusterctl move is not written in the up to 30 s the supervisor takes to notice.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 from capi_gpu import domain
 from capi_gpu.autoscaler import ca_verdicts, decide, demand, nodegroup, supply
 from capi_gpu.kube import (
+    CAPI_CLUSTERS,
     CAPI_MACHINEDEPLOYMENTS,
     CAPI_MACHINES,
     DEVICECLASSES,
@@ -47,7 +50,7 @@ from capi_gpu.kube import (
     ours,
 )
 from capi_gpu.readiness.informer import Change, Feed
-from capi_gpu.runtime import events
+from capi_gpu.runtime import events, pause
 from capi_gpu.runtime.deps import Deps
 from capi_gpu.runtime.settings import PodPolicy
 
@@ -82,6 +85,8 @@ class ClaimScaler:
         self._listing: dict[str, set[Any]] = {}
         self._said: dict[str, str] = {}  # what was last logged or posted, per subject: say things once
         self.last: decide.Decision | None = None
+        self.cluster_paused = False
+        """A pass found the Cluster paused before raising: ``run`` returns."""
 
     async def run(self, stopped: Any) -> None:
         feed = Feed(self.wl.sync)
@@ -100,6 +105,9 @@ class ClaimScaler:
                         await self.evaluate()
                     except (KubeError, OSError) as exc:  # an apiserver blip: the next change or resync retries
                         log.warning("claim scaler %s/%s: pass failed: %s", self.namespace, self.cluster, exc)
+                    if self.cluster_paused:
+                        log.info("claim scaler %s/%s: Cluster paused; stopping", self.namespace, self.cluster)
+                        return
         finally:
             feed.stop()
 
@@ -179,10 +187,20 @@ class ClaimScaler:
             decision,
         )
         self.last = decision
-        raised = [await self._raise(mds[up.group], up) for up in decision.scale_ups]
-        if all(raised):  # a conflict voids the decision: the next pass decides, raises and reports again
+        if await self.raise_all(decision.scale_ups, mds):
             self._report(decision, groups, mds)
         return decision
+
+    async def raise_all(self, ups: tuple[decide.ScaleUp, ...], mds: Mapping[str, Obj]) -> bool:
+        """Send every raise; False when one was not sent, which voids the decision (the next pass decides,
+        raises and reports again). A paused Cluster gets none, and ends the scaler (``run`` returns)."""
+        if not ups:
+            return True
+        cluster = await self.deps.kube.get_or_none(CAPI_CLUSTERS, self.cluster, self.namespace)
+        if pause.is_paused(cluster):
+            self.cluster_paused = True
+            return False
+        return all([await self._raise(mds[up.group], up, cluster) for up in ups])
 
     async def _groups(self, mds: Mapping[str, Obj]) -> list[decide.Group]:
         machines = await self.deps.kube.list(
@@ -201,11 +219,15 @@ class ClaimScaler:
                 self._say(f"md/{name}", f"MachineDeployment {self.namespace}/{name} left out: {exc}")
         return out
 
-    async def _raise(self, md: Obj, up: decide.ScaleUp) -> bool:
-        """Raise ``up.group`` to ``up.target``; False when the MachineDeployment changed since it was read."""
+    async def _raise(self, md: Obj, up: decide.ScaleUp, cluster: Obj | None = None) -> bool:
+        """Raise ``up.group`` to ``up.target``; False when the MachineDeployment changed since it was read or
+        is paused (``cluster``: its Cluster, read for this pass)."""
         meta = md["metadata"]
         if up.target <= nodegroup.replicas(md):
             return True  # never lower (decide never asks; this is the guard where it is written)
+        if pause.is_paused(cluster, md):
+            self._say(f"paused/{up.group}", f"MachineDeployment {self.namespace}/{up.group} is paused: not raised")
+            return False
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"replicas": up.target}}
         try:
             await self.deps.kube.patch(CAPI_MACHINEDEPLOYMENTS, up.group, patch, self.namespace)

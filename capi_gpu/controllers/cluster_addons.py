@@ -1,6 +1,6 @@
 """The workload-cluster phase of the HetznerGPUCluster reconcile: NVIDIA's DRA driver chart, the gate driver
-and the claim templates, installed by playbooks/addons.yml once the cluster's API answers; and, once per
-operator process, the check that its apiserver keeps the gate device's fields (``readiness.features``,
+and the claim templates, installed by playbooks/addons.yml once the cluster's API answers; and, every
+``features.RECHECK``, the check that its apiserver keeps the gate device's fields (``readiness.features``,
 condition ``GateFeaturesAvailable``).
 
 Why a phase of its own: the playbook run is slow (seconds of helm and ansible), so it runs only when what
@@ -42,7 +42,14 @@ class Phase:
     conditions: list[Condition]
     status: AddonsStatus
     requeue: float | None
-    """Seconds until this phase wants another pass; None when it is settled."""
+    """Seconds until this phase wants another pass (the next feature probe at the latest); None: no need."""
+
+
+def plugin_rollout(max_unavailable: str) -> dict[str, Any]:
+    """The chart values that make its kubelet-plugin DaemonSet roll ``max_unavailable`` nodes at a time (pure;
+    a count goes to the DaemonSet as a number, a percentage as a string, as Kubernetes' IntOrString wants)."""
+    value: int | str = int(max_unavailable) if max_unavailable.isdigit() else max_unavailable
+    return {"kubeletPlugin": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": value}}}}
 
 
 def request_for(deps: Deps, hgc: HetznerGPUCluster) -> addons.AddonsRequest:
@@ -52,6 +59,7 @@ def request_for(deps: Deps, hgc: HetznerGPUCluster) -> addons.AddonsRequest:
         manage_dra_driver=spec.dra_driver.managed,
         chart_ref=spec.dra_driver.chart_ref or default_ref,
         chart_version=spec.dra_driver.chart_version,
+        extra_values=plugin_rollout(spec.dra_driver.plugin_max_unavailable),
         claim_namespaces=tuple(spec.claim_namespaces),
         gate_plugin_image=deps.settings.gate_plugin_image,
     )
@@ -93,9 +101,10 @@ async def reconcile(deps: Deps, hgc: HetznerGPUCluster, obj: dict[str, Any], clu
     fresh = status.applied_time is not None and now - status.applied_time < REFRESH
     settled = status.applied_digest == digest and fresh and c.is_true(conds, c.Type.ADDONS_READY)
     need_addons = deps.addons is not None and not settled
-    if key in deps.features_checked and not need_addons:
+    probe_in = features.recheck_in(deps.features_probed.get(key), now)
+    if probe_in > 0 and not need_addons:
         left = (status.applied_time + REFRESH - now).total_seconds() if deps.addons and status.applied_time else None
-        return Phase(conds, status, left)
+        return Phase(conds, status, probe_in if left is None else min(left, probe_in))
     try:
         found = await workload.kubeconfig(deps, namespace, cluster)
     except workload.UnsafeKubeconfig as exc:
@@ -108,11 +117,11 @@ async def reconcile(deps: Deps, hgc: HetznerGPUCluster, obj: dict[str, Any], clu
             waiting = c.Reason.WAITING_FOR_CONTROL_PLANE
             conds = c.set_condition(conds, c.Type.ADDONS_READY, False, waiting, msg, now, gen)
         return Phase(conds, status, WAIT)
-    if key not in deps.features_checked:
+    if probe_in == 0:
         conds = await _check_features(deps, obj, conds, found[1], now, gen)
-        deps.features_checked.add(key)
+        deps.features_probed[key] = now
     if not need_addons or deps.addons is None:
-        return Phase(conds, status, None)
+        return Phase(conds, status, features.RECHECK.total_seconds())
     return await _install(deps, obj, conds, found[1], request, digest)
 
 

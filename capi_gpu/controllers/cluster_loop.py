@@ -20,7 +20,7 @@ from capi_gpu.controllers import cluster_addons
 from capi_gpu.hetzner import cloud
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, ours
-from capi_gpu.runtime import events, loops
+from capi_gpu.runtime import events, loops, pause
 from capi_gpu.runtime.deps import AccessError, Deps, secret_value, secret_version
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     cluster = await deps.kube.get_or_none(CAPI_CLUSTERS, owner["name"], namespace) if owner else None
     now, gen = deps.clock(), obj["metadata"].get("generation")
     conds = hgc.status.conditions
-    paused = bool((cluster or {}).get("spec", {}).get("paused")) or domain.PAUSED_ANNOTATION in (
-        obj["metadata"].get("annotations") or {}
-    )
+    paused = pause.is_paused(cluster, obj)
     conds = c.set_condition(
         conds, c.Type.PAUSED, paused, c.Reason.PAUSED if paused else c.Reason.NOT_PAUSED, "", now, gen
     )

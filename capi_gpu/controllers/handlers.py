@@ -1,8 +1,9 @@
 """kopf registrations: every handler is a translation from kwargs to one service call.
 
 Per-object daemons own the slow loops (host provisioning, machine claims, cluster checks); update
-handlers only wake them; delete handlers decide when kopf may drop the finalizer. Names of finalizers
-and progress annotations are moved under the project's domain.
+handlers only wake them; delete handlers decide when kopf may drop the finalizer. The finalizer is
+moved under the project's domain, kopf's progress annotations under a prefix of their own
+(``domain.KOPF_PROGRESS_PREFIX`` says why).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _filter(settings: Settings) -> Callable[..., bool]:
 
 def configure(op: kopf.OperatorSettings) -> None:
     op.persistence.finalizer = f"{domain.DOMAIN}/finalizer"
-    op.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=domain.DOMAIN)
+    op.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=domain.KOPF_PROGRESS_PREFIX)
     op.persistence.diffbase_storage = MemoryDiffBaseStorage()  # no bookkeeping writes on paused objects
     op.posting.level = logging.INFO
     op.watching.server_timeout = 300

@@ -15,7 +15,7 @@ from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_key
 from capi_gpu.gpu import gpuplan
 from capi_gpu.hetzner.robot import RobotClient
-from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, Conflict, Obj, ours
+from capi_gpu.kube import CAPI_MACHINES, SECRETS, Conflict, Obj, ours
 from capi_gpu.provisioning import bootstrap, hostkeys, move
 from capi_gpu.runtime import pause
 from capi_gpu.runtime.deps import AccessError, Deps, secret_value
@@ -221,8 +221,7 @@ async def recorded_cluster_paused(deps: Deps, obj: Obj) -> bool:
     if not (obj.get("spec") or {}).get("consumerRef"):
         return False
     cluster = (obj["metadata"].get("labels") or {}).get(domain.CONSUMER_CLUSTER_LABEL)
-    found = await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, obj["metadata"]["namespace"]) if cluster else None
-    return bool((found or {}).get("spec", {}).get("paused"))
+    return await pause.cluster_paused(deps, obj["metadata"]["namespace"], cluster)
 
 
 async def standby_cluster_paused(deps: Deps, obj: Obj) -> bool:
@@ -236,12 +235,10 @@ async def standby_cluster_paused(deps: Deps, obj: Obj) -> bool:
 
 
 async def _consumer_paused(deps: Deps, machine: Obj, namespace: str) -> bool:
-    """CAPI's rule (annotations.IsPaused): the Cluster's spec.paused, or the paused annotation on the object."""
-    if domain.PAUSED_ANNOTATION in (machine["metadata"].get("annotations") or {}):
-        return True
-    cluster = (machine["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
-    obj = await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, namespace) if cluster else None
-    return bool((obj or {}).get("spec", {}).get("paused"))
+    """The claiming machine's pause: the machine's annotation or its Cluster (``runtime.pause``)."""
+    return await pause.paused(
+        deps, namespace, machine, (machine["metadata"].get("labels") or {}).get(domain.CLUSTER_NAME_LABEL)
+    )
 
 
 async def load(deps: Deps, host: HetznerGPUHost, namespace: str) -> HostEnv:

@@ -24,7 +24,7 @@ from capi_gpu.controllers.host_context import HOSTS, MACHINES
 from capi_gpu.gpu import gpuplan
 from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINES, SECRETS, Conflict, Obj
 from capi_gpu.provisioning import bootstrap
-from capi_gpu.runtime import events, loops
+from capi_gpu.runtime import events, loops, pause
 from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,7 @@ def _owner(obj: Obj, kind: str) -> dict[str, Any] | None:
 
 
 def paused(scope: Scope) -> bool:
-    ann = scope.obj["metadata"].get("annotations") or {}
-    return bool((scope.cluster or {}).get("spec", {}).get("paused")) or domain.PAUSED_ANNOTATION in ann
+    return pause.is_paused(scope.cluster, scope.obj)
 
 
 def _woken_wait(deps: Deps) -> float:

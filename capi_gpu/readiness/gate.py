@@ -8,7 +8,10 @@ claims it touched. The three layers:
 * node: the ``GPUReady`` condition and the ``readiness.k8s.io/gpu-not-ready`` startup taint; GPU-ready needs
   the NVIDIA slices to match the layout and, for each ``PluginCheck`` given (the operator gives NVIDIA's
   plugin and the gate's own), a kubelet-plugin pod Running on the node (one informer each, on those pods);
-* Machine: the ``GPUReady`` condition, server-side applied so CAPI's own conditions are untouched;
+* Machine: the ``GPUReady`` condition, server-side applied so CAPI's own conditions are untouched, and
+  never on a paused Machine or Cluster (``runtime.pause``): the pause is asked right before each write,
+  and a paused Cluster ends the gate (its supervisor starts a fresh one on resume), so the source of a
+  clusterctl move is not written in the up to 30 s the supervisor takes to notice;
 * claim: our gate ResourceSlice per GPU node, and the gate device's binding condition on allocated claims.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from capi_gpu import domain
 from capi_gpu.kube import (
+    CAPI_CLUSTERS,
     CAPI_MACHINES,
     NODES,
     PODS,
@@ -36,7 +40,7 @@ from capi_gpu.kube import (
 )
 from capi_gpu.readiness import decisions, targets
 from capi_gpu.readiness.informer import Change, Feed
-from capi_gpu.runtime import metrics
+from capi_gpu.runtime import metrics, pause
 from capi_gpu.runtime.deps import Deps
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,8 @@ class ClusterGate:
         self._not_ready_since: dict[str, float] = {}
         self.claim_latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         """Seconds from the informer seeing a claim's gate allocation to our binding condition written."""
+        self.cluster_paused = False
+        """A Machine write found the Cluster paused: ``run`` returns after the batch."""
 
     async def run(self, stopped: Any) -> None:
         feed = Feed(self.wl.sync)
@@ -121,6 +127,9 @@ class ClusterGate:
                     if await self._plugin_check_changed():
                         return
                 await self.process(batch, resync=resync)
+                if self.cluster_paused:
+                    log.info("gate %s/%s: Cluster paused; stopping until it is resumed", self.namespace, self.cluster)
+                    return
         finally:
             feed.stop()
 
@@ -274,10 +283,12 @@ class ClusterGate:
                 self.verdicts.pop(name, None)
                 return False
             await self._write_gate_slice(node, verdict, decisions.gate_device_count(target.expected))
-            if target.capi_machine and (
-                before is None or before.ready != verdict.ready or before.reason != verdict.reason
+            if (
+                target.capi_machine
+                and (before is None or before.ready != verdict.ready or before.reason != verdict.reason)
+                and not await self._write_machine(target.capi_machine, verdict)
             ):
-                await self._write_machine(target.capi_machine, verdict)
+                self.verdicts.pop(name, None)  # held back by a pause: written on a later pass
         except KubeError as exc:
             # Nothing may change on the node to bring us back: forget the verdict, so every layer is
             # written again, and retry shortly.
@@ -355,10 +366,15 @@ class ClusterGate:
             if r.get("pool") == node
         )
 
-    async def _write_machine(self, capi_machine: str, verdict: decisions.PoolVerdict) -> None:
+    async def _write_machine(self, capi_machine: str, verdict: decisions.PoolVerdict) -> bool:
+        """False when held back because the Machine or its Cluster is paused (a gone Machine is done)."""
         obj = await self.deps.kube.get_or_none(CAPI_MACHINES, capi_machine, self.namespace)
         if obj is None:
-            return
+            return True
+        cluster = await self.deps.kube.get_or_none(CAPI_CLUSTERS, self.cluster, self.namespace)
+        if pause.is_paused(cluster, obj):
+            self.cluster_paused = self.cluster_paused or pause.is_paused(cluster)
+            return False
         previous = next(
             (c for c in (obj.get("status") or {}).get("conditions", []) if c.get("type") == domain.GPU_READY_CONDITION),
             None,
@@ -373,6 +389,7 @@ class ClusterGate:
             "status": {"conditions": [cond]},
         }
         await self.deps.kube.apply_patch(CAPI_MACHINES, capi_machine, body, MANAGER, self.namespace, sub="status")
+        return True
 
     async def gate_claims(self, keys: set[tuple[str, str]]) -> None:
         # Only the pools of the nodes these claims sit on: every pool scans all slices, and doing it for

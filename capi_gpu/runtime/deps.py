@@ -174,8 +174,8 @@ class Deps:
     shell_factory: Callable[[ssh.Endpoint, ssh.Credentials], ssh.HostShell] = ssh.ParamikoShell
     addons: addons.AddonsInstaller | None = None
     """Installs each workload cluster's DRA add-ons (playbooks/addons.yml); None: the operator leaves them alone."""
-    features_checked: set[tuple[str, str]] = field(default_factory=set)
-    """Clusters (namespace, name) whose apiserver this process has checked for the gate's fields."""
+    features_probed: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """When this process last probed each cluster's (namespace, name) apiserver for the gate's fields."""
     provisioning: set[tuple[str, str]] = field(default_factory=set)
     """Hosts currently inspecting/provisioning (for the global limit)."""
     os_keys: dict[tuple[str, str], tuple[str, hostkeys.HostKeyPair]] = field(default_factory=dict)

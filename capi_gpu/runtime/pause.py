@@ -1,6 +1,9 @@
-"""CAPI's pause rule, once for every loop that is not a host or a machine: an object is paused when its
-Cluster's ``spec.paused`` is true or it (or the Cluster) carries ``cluster.x-k8s.io/paused``
-(clusterctl move pauses the Cluster before it copies anything). A paused loop writes nothing but its
+"""The one pause rule every loop uses (hosts, machines, clusters, templates, remediations, the workload
+daemons): an object is paused when its Cluster's ``spec.paused`` is true or the object carries
+``cluster.x-k8s.io/paused``. That is CAPI's ``annotations.IsPaused(cluster, obj)``; we also count the
+annotation on the Cluster itself, since CAPI's Cluster controller stops on it and everything we reconcile
+for a Cluster is part of it: one rule, slightly stricter, never a loop that runs while its Cluster says
+paused (clusterctl move pauses the Cluster before it copies anything). A paused loop writes nothing but its
 ``Paused`` condition, and that only when it changes, so the source of a move stays still.
 """
 
@@ -19,6 +22,13 @@ def annotated(obj: Obj | None) -> bool:
     return obj is not None and domain.PAUSED_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {})
 
 
+def is_paused(cluster: Obj | None, *objects: Obj | None) -> bool:
+    """The rule, pure: ``cluster`` is the Cluster (None when there is none or it is not found), ``objects``
+    the object reconciled and any it stands for (a host for its claiming machine)."""
+    by_cluster = cluster is not None and (bool((cluster.get("spec") or {}).get("paused")) or annotated(cluster))
+    return by_cluster or any(annotated(o) for o in objects)
+
+
 def cluster_name(obj: Obj) -> str | None:
     """The Cluster an object belongs to: its cluster-name label, else a Cluster ownerReference."""
     meta = obj.get("metadata", {})
@@ -32,8 +42,7 @@ def cluster_name(obj: Obj) -> str | None:
 async def cluster_paused(deps: Deps, namespace: str, cluster: str | None) -> bool:
     if not cluster:
         return False
-    obj = await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, namespace)
-    return obj is not None and (bool((obj.get("spec") or {}).get("paused")) or annotated(obj))
+    return is_paused(await deps.kube.get_or_none(CAPI_CLUSTERS, cluster, namespace))
 
 
 async def paused(deps: Deps, namespace: str, obj: Obj, cluster: str | None = None) -> bool:

@@ -1,11 +1,14 @@
 """Operator levers on a host: a permanent error keeps the host's loop alive (so removing the permanent-error
-annotation is noticed), and a change of the permanent-error or reinspect annotation wakes that loop at once."""
+annotation is noticed), and a change of the permanent-error or reinspect annotation wakes that loop at once,
+which needs kopf's progress bookkeeping kept out of our annotation domain (the latency itself is measured
+on the real apiserver in tests/integration/test_host_lever_latency.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import kopf
+import pytest
 
 from capi_gpu import domain
 from capi_gpu.api.host import ErrorType, HetznerGPUHost, HetznerGPUHostSpec, HetznerGPUHostStatus, HostState, Step
@@ -43,3 +46,18 @@ def test_lever_annotations_wake_the_host_loop() -> None:
     for handler_id, key in handlers.HOST_LEVERS.items():
         assert fields[handler_id] == (("metadata", "annotations", key), "hetznergpuhosts")
     assert set(handlers.HOST_LEVERS.values()) == {domain.ANNOTATION_PERMANENT_ERROR, domain.ANNOTATION_REINSPECT}
+
+
+@pytest.mark.parametrize("marked", [False, True], ids=["new object", "marked kopf-managed by an older release"])
+def test_kopfs_progress_bookkeeping_leaves_the_levers_in_the_diff(marked: bool) -> None:
+    """kopf clears its progress prefix from every essence it diffs: that prefix must not be our domain. An
+    older release's marker makes kopf strip our whole domain, but a handler's field is always put back."""
+    settings = kopf.OperatorSettings()
+    handlers.configure(settings)
+    levers = {key: "true" for key in handlers.HOST_LEVERS.values()}
+    marker = {f"{domain.DOMAIN}/kopf-managed": "yes"} if marked else {}
+    body = kopf.Body({"metadata": {"uid": "u1", "name": "gex-a", "annotations": {**levers, **marker}}, "spec": {}})
+    fields = [("metadata", "annotations", key) for key in levers]
+    essence = settings.persistence.diffbase_storage.build(body=body, extra_fields=fields)
+    cleared = settings.persistence.progress_storage.clear(essence=essence)
+    assert cleared["metadata"]["annotations"] == levers
