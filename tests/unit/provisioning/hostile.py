@@ -95,6 +95,7 @@ _CLUSTER_SPEC: dict[str, Any] = {
             "chartRef": "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
             "kubeletPluginNamespace": "nvidia-dra-driver-gpu",
             "kubeletPluginSelector": "app=plugin",
+            "pluginMaxUnavailable": "25%",
         },
         "claimNamespaces": ["default"],
     },
