@@ -25,7 +25,7 @@ import yaml
 
 from capi_gpu import domain
 from capi_gpu.gpu import catalog, migparted
-from capi_gpu.provisioning import ansible, ansible_events, playbook_vars
+from capi_gpu.provisioning import ansible, ansible_data, ansible_events, playbook_vars
 from capi_gpu_sim import aptrepo, fleet
 from capi_gpu_sim.hosts import host as simhost
 from capi_gpu_sim.hosts import keys, targets
@@ -273,3 +273,37 @@ async def test_a_failed_task_names_its_role_and_task_a_foreign_key_is_refused_an
     assert node.mig_devices() == Counter()
     mode = node.sh("nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader")
     assert mode.strip() == "Disabled, Disabled"
+
+
+def _poisoned(value: Any, payload: str) -> Any:
+    """``value`` with every string leaf (keys kept) replaced by ``payload``."""
+    if isinstance(value, str):
+        return payload
+    if isinstance(value, dict):
+        return {k: _poisoned(v, payload) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_poisoned(v, payload) for v in value]
+    return value
+
+
+async def test_site_yml_on_a_host_runs_no_variable_as_a_template_on_the_operator(
+    world: World, node_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: every lookup runs on the operator, even in a play whose tasks run on the host. Every string
+    site.yml receives, admission's patterns bypassed, carries a lookup('pipe') payload; in check mode the
+    play fails on the first literal value and the operator runs nothing. The same run with the extra vars
+    trusted (the tag off) writes the marker: the payload would fire if anything rendered it."""
+    node: Node = node_factory()
+    check = ansible.AnsibleRunner(artifacts_root=tmp_path / "check", timeout_s=600, check_mode=True)
+    marker = tmp_path / "pwned"
+    payload = f"{{{{ lookup('pipe', 'touch {marker}') }}}}"
+    poisoned = _poisoned(site_vars(world.repo).extra_vars(), payload)
+    assert payload in json.dumps(poisoned) and len(re.findall("lookup", json.dumps(poisoned))) >= 10
+
+    result = await check.run_playbook(node.target, poisoned)
+    assert not marker.exists(), "a site.yml variable ran as a template on the operator"
+    assert result.status is ansible_events.RunStatus.FAILED, "a play with no valid value cannot succeed"
+
+    monkeypatch.setattr(ansible_data, "UNSAFE_TAG", "")  # the control: as before issue 29
+    await check.run_playbook(node.target, poisoned)
+    assert marker.exists(), "the control run never rendered a variable: the check above proves nothing"
