@@ -41,14 +41,6 @@ IDLE = 300.0
 OUTCOME_WRITES = 3  # tries to record an action's outcome against other status writers
 
 
-def _versioned(host: HetznerGPUHost, written: Obj | None) -> HetznerGPUHost:
-    """``host`` carrying the resourceVersion of our own latest write, so the next write's precondition holds."""
-    version = ((written or {}).get("metadata") or {}).get("resourceVersion")
-    if version is None:
-        return host
-    return host.model_copy(update={"metadata": {**host.metadata, "resourceVersion": version}})
-
-
 def _annotations(obj: Obj) -> dict[str, str]:
     return dict(obj["metadata"].get("annotations") or {})
 
@@ -73,13 +65,13 @@ async def _write(
         # RobotCredentialsValid must say so now, not at its next poll minutes later.
         deps.wakeups.wake_all("cluster", ns)
     host_move.paused_condition(status, pausing, deps)
-    host = _versioned(host, await host_move.write_annotations(deps, obj, host, status, acting))
+    host = host_move.versioned(host, await host_move.write_annotations(deps, obj, host, status, acting))
     old_step, old_state = host.status.step, host.status.state
     if status.model_dump() != host.status.model_dump():
         body: Obj = {"status": status.model_dump(by_alias=True, mode="json")}
         if (version := host.metadata.get("resourceVersion")) is not None:
             body["metadata"] = {"resourceVersion": version}  # 409 if anyone wrote since our read
-        host = _versioned(host, await deps.kube.patch(HOSTS, name, body, ns, sub="status"))
+        host = host_move.versioned(host, await deps.kube.patch(HOSTS, name, body, ns, sub="status"))
     metrics.host_state(ns, name, status.state.value)
     if (old_state, old_step) != (status.state, status.step) and host.status.step_started_at is not None:
         took = (now - host.status.step_started_at).total_seconds()
@@ -91,7 +83,7 @@ async def _write(
     current = obj["metadata"].get("labels") or {}
     changed = {k: v for k, v in labels.items() if current.get(k) != v and not (v is None and k not in current)}
     if changed:
-        host = _versioned(host, await deps.kube.patch(HOSTS, name, {"metadata": {"labels": changed}}, ns))
+        host = host_move.versioned(host, await deps.kube.patch(HOSTS, name, {"metadata": {"labels": changed}}, ns))
     if host.spec.consumer_ref is not None and (old_state, old_step) != (status.state, status.step):
         deps.wakeups.wake("machine", host.spec.consumer_ref.namespace or ns, host.spec.consumer_ref.name)
     key = (ns, name)
@@ -172,7 +164,7 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
         done = await deps.kube.patch(
             HOSTS, name, {"metadata": {"annotations": {domain.ANNOTATION_REINSPECT: None}}}, namespace
         )
-        host = _versioned(host, done)
+        host = host_move.versioned(host, done)
     if decision.action is None:
         return next_pass(decision, timing)
     result = await host_actions.execute(deps, host, env, decision.action, _wipe_list(obj))

@@ -60,8 +60,9 @@ async def write_annotations(
 async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost | None:
     """A host that arrived without status (clusterctl move) gets its status back from the snapshot, as far as
     it can be checked (``move.untrusted``): one that disagrees with Robot or the pinned key's Secret is
-    dropped and the host registers again. None when the snapshot is unreadable or Robot can't check it yet:
-    then only a condition is written and nothing is done to the server."""
+    dropped (``move.rediscover``: a claimed host registers again, an unclaimed one waits for a human before
+    any inspection). None when the snapshot is unreadable or Robot can't check it yet: then only a
+    condition is written and nothing is done to the server."""
     text = annotations_of(obj).get(domain.ANNOTATION_STATUS)
     if text is None:
         return host  # never reconciled anywhere: a new host
@@ -78,18 +79,39 @@ async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost 
         return None
     robot_ip, pinned = sources
     if doubts := move.untrusted(status, robot_ip, pinned):
-        status = move.rediscover(pinned)
-        msg = f"status snapshot not restored: {'; '.join(doubts)}; registering again from Robot, without a reset"
-        events.emit(obj, move.Reason.STATUS_SNAPSHOT_UNTRUSTED, msg, warning=True)
+        claimed = host.spec.consumer_ref is not None
+        status = move.rediscover(pinned, claimed, doubts, deps.clock(), domain.ANNOTATION_PERMANENT_ERROR)
+        then = (
+            "registering again from Robot, without a reset"
+            if claimed
+            else f"held in a permanent error, the server untouched, until the annotation "
+            f"{domain.ANNOTATION_PERMANENT_ERROR} is removed"
+        )
+        events.emit(
+            obj, move.Reason.STATUS_SNAPSHOT_UNTRUSTED, f"status snapshot not restored: {'; '.join(doubts)}; {then}",
+            warning=True,
+        )  # fmt: skip
+        # The lever first, as every permanent error writes it: this pass must see it set, or it would read the
+        # missing annotation as a human's release and inspect at once.
+        host = versioned(host, await write_annotations(deps, obj, host, status))
     written = await deps.kube.patch(
         HOSTS, name, {"status": status.model_dump(by_alias=True, mode="json")}, ns, sub="status"
     )
-    step = f"/{status.step.value}" if status.step else ""
-    events.emit(obj, "StatusRestored", f"status restored from its snapshot: {status.state.value}{step}")
+    if not doubts:
+        step = f"/{status.step.value}" if status.step else ""
+        events.emit(obj, "StatusRestored", f"status restored from its snapshot: {status.state.value}{step}")
     # Later writes this pass (a consumer uid refresh) carry a resourceVersion precondition: the new one.
     obj["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
     meta = {**host.metadata, "resourceVersion": written["metadata"]["resourceVersion"]}
     return host.model_copy(update={"status": status, "metadata": meta})
+
+
+def versioned(host: HetznerGPUHost, written: Obj | None) -> HetznerGPUHost:
+    """``host`` carrying the resourceVersion of our own latest write, so the next write's precondition holds."""
+    version = ((written or {}).get("metadata") or {}).get("resourceVersion")
+    if version is None:
+        return host
+    return host.model_copy(update={"metadata": {**host.metadata, "resourceVersion": version}})
 
 
 async def _not_restored(deps: Deps, obj: Obj, host: HetznerGPUHost, reason: str, msg: str) -> None:

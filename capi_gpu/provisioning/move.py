@@ -17,9 +17,10 @@ move waits for it instead of cutting the step in half.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from enum import StrEnum
 
-from capi_gpu.api.host import HetznerGPUHostStatus, HostKeys, HostState
+from capi_gpu.api.host import ErrorType, HetznerGPUHostStatus, HostKeys, HostState
 from capi_gpu.provisioning.model import DESTRUCTIVE
 from capi_gpu.provisioning.transitions import DEFERRED, NOT_SENT, PIPELINE_STATES
 
@@ -71,11 +72,31 @@ def untrusted(status: HetznerGPUHostStatus, robot_ip: str | None, pinned_os_key:
     return out
 
 
-def rediscover(pinned_os_key: str | None) -> HetznerGPUHostStatus:
-    """The status an untrusted snapshot leaves: nothing of it. Registering reads the address from Robot,
-    and a claimed host whose installed OS answers there with the pinned key (and its name) is adopted
-    without a reset; state, hardware and MIG instances are found again, not believed."""
-    return HetznerGPUHostStatus(host_keys=HostKeys(os=pinned_os_key))
+def rediscover(
+    pinned_os_key: str | None, claimed: bool, doubts: list[str], now: datetime, lever: str
+) -> HetznerGPUHostStatus:
+    """The status an untrusted snapshot leaves: nothing of it, and nothing done to the server for it.
+
+    A claimed host registers again: Registering reads the address from Robot, and a claimed host whose
+    installed OS answers there with the pinned key (and its name) is adopted without a reset; otherwise it
+    waits for its OS or a human, never a rescue boot. An unclaimed host would go on to inspection, which
+    boots it into rescue: a forged annotation must not order that, so it waits in a permanent error until a
+    human removes ``lever`` (the permanent-error annotation) and so asks for the inspection."""
+    if claimed:
+        return HetznerGPUHostStatus(host_keys=HostKeys(os=pinned_os_key))
+    message = (
+        f"status snapshot not restored: {'; '.join(doubts)}; the server was not touched. Remove the annotation "
+        f"{lever} to register and inspect it again (inspection boots it into rescue)"
+    )
+    return HetznerGPUHostStatus(
+        host_keys=HostKeys(os=pinned_os_key),
+        state=HostState.ERROR,
+        error_type=ErrorType.REGISTRATION,
+        error_permanent=True,
+        error_count=1,
+        error_message=message[:2000],
+        last_error_at=now,
+    )
 
 
 def _key(line: str | None) -> tuple[str, ...]:

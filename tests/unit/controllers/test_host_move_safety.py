@@ -386,6 +386,41 @@ async def test_a_forged_snapshot_is_dropped_and_the_host_registers_again_from_ro
     assert not [w for w in kube.writes if w[0] == "create"]  # no new OS host key: the pinned one is kept
 
 
+async def test_an_unclaimed_host_with_a_forged_snapshot_is_held_untouched_until_a_human_releases_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: registering again would inspect an unclaimed host, a rescue boot ordered by a forged
+    annotation. It waits in a permanent error, its lever set in the same pass, and nothing reaches Robot or
+    the server until a human removes the lever."""
+    emitted: list[tuple[str, str]] = []
+    monkeypatch.setattr(host_loop.host_move.events, "emit", lambda _o, r, m, *_, **__: emitted.append((r, m)))
+    snapshot = _status(HostState.AVAILABLE).model_copy(update={"ipv4": "203.0.113.66"})
+    obj = _host(None, snapshot)
+    del obj["spec"]["consumerRef"]
+    kube = FakeKube(("hetznergpuhosts", obj), *SECRETS, OS_SECRET, _cluster(False))
+    robots = FixedRobots(Settings())
+    deps = _deps(kube, robots)
+    for _ in range(3):
+        await host_loop.reconcile(deps, NS, HOST)
+    stored = _stored(kube)
+    status = stored["status"]
+    assert (status["state"], status["errorType"], status["errorPermanent"]) == ("Error", "RegistrationError", True)
+    assert domain.ANNOTATION_PERMANENT_ERROR in stored["metadata"]["annotations"]
+    assert move.restore(stored["metadata"]["annotations"][domain.ANNOTATION_STATUS]).ipv4 is None  # forgery gone
+    assert "hardware" not in status and status.get("ipv4") is None
+    assert NoSSH.opened == 0 and "203.0.113.66" not in NoSSH.addresses
+    untrusted = [m for r, m in emitted if r == move.Reason.STATUS_SNAPSHOT_UNTRUSTED]
+    assert len(untrusted) == 1 and "held in a permanent error" in untrusted[0]
+    assert not [r for r, _ in emitted if r == "StatusRestored"]
+
+    # The human's release: the lever removed, the host registers from Robot's address (and inspects next).
+    stored["metadata"]["annotations"].pop(domain.ANNOTATION_PERMANENT_ERROR)
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _stored(kube)["status"]["state"] == "Registering"
+    await host_loop.reconcile(deps, NS, HOST)
+    assert _stored(kube)["status"].get("ipv4") == "192.0.2.10"
+
+
 async def test_a_snapshot_robot_cannot_check_yet_is_not_restored_and_nothing_is_sent() -> None:
     kube = FakeKube(("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))), *SECRETS, OS_SECRET)
     await host_loop.reconcile(_deps(kube, FixedRobots(Settings(), answers=False)), NS, HOST)

@@ -11,6 +11,7 @@ import pytest
 
 from capi_gpu.api.base import Condition, ConditionStatus
 from capi_gpu.api.host import (
+    ErrorType,
     GPUInfo,
     HardwareDetails,
     HetznerGPUHostStatus,
@@ -94,6 +95,7 @@ def test_block_move_while_a_destructive_step_is_recorded_and_unconfirmed(
     assert move.in_flight(_status(state, step, ops)) is blocks
 
 
+NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 PINNED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPinnedPinnedPinnedPinnedPinnedPinnedPinned gex-1"
 
 
@@ -118,7 +120,16 @@ def test_a_snapshot_is_trusted_only_as_far_as_robot_and_the_pinned_key_confirm_i
     assert [d.split(" ", 1)[0] for d in found] == doubts
 
 
-def test_what_an_untrusted_snapshot_leaves_is_registering_with_the_pinned_key_only() -> None:
-    fresh = move.rediscover(PINNED)
+def test_what_an_untrusted_snapshot_leaves_a_claimed_host_is_registering_with_the_pinned_key_only() -> None:
+    fresh = move.rediscover(PINNED, True, ["ipv4 forged"], NOW, "lever")
     assert fresh == HetznerGPUHostStatus(host_keys=HostKeys(os=PINNED))
     assert fresh.state is HostState.REGISTERING and fresh.ipv4 is None and fresh.hardware is None
+
+
+def test_an_unclaimed_host_with_an_untrusted_snapshot_waits_for_a_human_before_any_inspection() -> None:
+    """Registering would go on to inspection, a rescue boot: a forged annotation must not order that."""
+    held = move.rediscover(None, False, ["ipv4 203.0.113.66 is not Robot's"], NOW, "example.com/permanent-error")
+    assert (held.state, held.error_type, held.error_permanent) == (HostState.ERROR, ErrorType.REGISTRATION, True)
+    assert held.ipv4 is None and held.hardware is None and held.resume_state is None and held.last_error_at == NOW
+    assert held.error_message is not None
+    assert "203.0.113.66" in held.error_message and "example.com/permanent-error" in held.error_message
