@@ -118,8 +118,8 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     host = HetznerGPUHost.model_validate(obj)
     if move.status_lost(obj.get("status")):
         restored = await host_move.restore(deps, obj, host)
-        if restored is None:
-            return 60.0
+        if isinstance(restored, float):
+            return restored
         host = restored
     if host.status.state is HostState.REGISTERING and await _held_as_duplicate(deps, obj, host):
         return 60.0

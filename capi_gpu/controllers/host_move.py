@@ -57,12 +57,17 @@ async def write_annotations(
     return written
 
 
-async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost | None:
+# A snapshot Robot can't check yet is usually a move still delivering the Robot credentials Secret after the
+# hosts: look again soon, since the host has no state (and its node no gate verdict) until then.
+UNCHECKED_RETRY_S, INVALID_RETRY_S = 10.0, 60.0
+
+
+async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost | float:
     """A host that arrived without status (clusterctl move) gets its status back from the snapshot, as far as
     it can be checked (``move.untrusted``): one that disagrees with Robot or the pinned key's Secret is
     dropped (``move.rediscover``: a claimed host registers again, an unclaimed one waits for a human before
-    any inspection). None when the snapshot is unreadable or Robot can't check it yet: then only a
-    condition is written and nothing is done to the server."""
+    any inspection). When the snapshot is unreadable or Robot can't check it yet, only a condition is
+    written, nothing is done to the server, and the seconds until the next try are returned."""
     text = annotations_of(obj).get(domain.ANNOTATION_STATUS)
     if text is None:
         return host  # never reconciled anywhere: a new host
@@ -72,11 +77,11 @@ async def restore(deps: Deps, obj: Obj, host: HetznerGPUHost) -> HetznerGPUHost 
     except ValueError as exc:
         msg = f"annotation {domain.ANNOTATION_STATUS} is not a host status ({str(exc)[:300]}); fix or remove it"
         await _not_restored(deps, obj, host, move.Reason.STATUS_SNAPSHOT_INVALID, msg)
-        return None
+        return INVALID_RETRY_S
     sources = await _sources(deps, host, ns)
     if isinstance(sources, str):
         await _not_restored(deps, obj, host, move.Reason.STATUS_SNAPSHOT_UNCHECKED, sources)
-        return None
+        return UNCHECKED_RETRY_S
     robot_ip, pinned = sources
     if doubts := move.untrusted(status, robot_ip, pinned):
         claimed = host.spec.consumer_ref is not None

@@ -84,6 +84,10 @@ async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTa
         if not machine.spec.provider_id:
             continue
         host_obj: Obj | None = hosts.get(machine.status.host or "")
+        if host_obj is not None and not (host_obj.get("status") or {}).get("state"):
+            # Moved here without status and not restored yet (clusterctl move; host_move.restore): nothing is
+            # known of its GPU, so no verdict. Judged on it, the node of a running host would be tainted.
+            continue
         host = HetznerGPUHost.model_validate(host_obj) if host_obj else None
         expected = expected_pool(machine, host)
         if expected is None:
