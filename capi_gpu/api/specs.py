@@ -117,7 +117,8 @@ class GPUSpec(KubeModel):
     model: Annotated[str | None, Field(pattern=r"^[a-z0-9-]+$", max_length=32)] = None
     """GPU catalog name the host must carry (rtx-pro-6000, h100-80gb, h200-141gb); any MIG-capable GPU when unset."""
     driver_branch: Annotated[str, Field(pattern=r"^[0-9]{3}$")] = "580"
-    """NVIDIA driver branch to pin (580 is a long-term branch); RTX PRO 6000 MIG needs 575 or later.
+    """NVIDIA driver branch to pin (580 is a long-term branch); at least the GPU model's floor from the catalog
+    (capi-gpu layouts show: rtx-pro-6000 575, h100-80gb 525, h200-141gb 550), else the spec is refused.
     Package repositories are operator settings (a mirror is infrastructure, not a per-machine choice)."""
     mig_mode: MigMode = MigMode.STATIC
     """Static pre-applies the layout; Dynamic leaves MIG to the DRA driver (no layout allowed)."""

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from capi_gpu.api.host import (
     DiskInfo,
@@ -257,6 +259,21 @@ def _bootstrap(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> Acti
     return ActionResult.ok(message="bootstrap started")
 
 
+def configure_vars(
+    kubernetes_version: str, plan: gpuplan.GPUPlan, driver_branch: str, overrides: dict[str, Any]
+) -> playbook_vars.PlaybookVars | ActionResult:
+    """The run's variables, or a permanent failure that says why: a refusal here is a condition and an Event
+    on the host, never an exception out of Configure, and no host is touched."""
+    try:
+        return playbook_vars.node_vars(kubernetes_version, plan, driver_branch, overrides)
+    except gpuplan.PlanError as exc:
+        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"{exc.reason}: {exc}", permanent=True)
+    except ValidationError as exc:
+        # The operator's --playbook-vars the roles would not take: a retry cannot fix it, a human fixes the flag.
+        why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'vars'}: {e['msg']}" for e in exc.errors())
+        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"playbook variables refused: {why}", permanent=True)
+
+
 async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionResult:
     consumer = env.consumer
     if consumer is None:
@@ -269,9 +286,9 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
         return ActionResult.ok(message="no GPU stack requested", layout="none", prepared=consumer.prepared)
     gpu = consumer.gpu
     assert gpu is not None
-    variables = playbook_vars.node_vars(
-        consumer.kubernetes_version, plan, gpu.driver_branch, deps.settings.playbook_overrides
-    )
+    variables = configure_vars(consumer.kubernetes_version, plan, gpu.driver_branch, deps.settings.playbook_overrides)
+    if isinstance(variables, ActionResult):
+        return variables
     target = ansible.SSHTarget(
         name=hostname(host),
         address=host.status.ipv4 or "",

@@ -147,6 +147,15 @@ class DriverRequirement:
     branch: str  # e.g. "R575"
     minimum: str  # e.g. "575.51.03"
 
+    @property
+    def floor(self) -> int:
+        """The branch as a number (``R575`` -> 575): what a spec's ``driverBranch`` and the node install's
+        ``nvidia_driver_min_branch`` are compared with."""
+        digits = self.branch.strip().upper().removeprefix("R")
+        if not digits.isdigit():
+            raise CatalogError(f"driver branch {self.branch!r} is not R<number>")
+        return int(digits)
+
     def satisfied_by(self, version: str) -> bool:
         """Whether an ``nvidia-smi`` driver version string meets the minimum."""
         return _version_tuple(version) >= _version_tuple(self.minimum)

@@ -77,9 +77,11 @@ def _convert_fields(key: str, body: Mapping[str, Any]) -> dict[str, Any]:
             out[dst] = _engines(where, value)
         elif dst == "min_driver":
             m = _map(where, value)
-            out[dst] = catalog.DriverRequirement(
+            req = catalog.DriverRequirement(
                 _str(f"{where}.branch", m.get("branch")), _str(f"{where}.minimum", m.get("minimum"))
             )
+            _ = req.floor  # refused when the file is loaded, not when a spec is first planned against it
+            out[dst] = req
         elif dst == "balanced":
             out[dst] = tuple((str(n), _int(f"{where}.{n}", c)) for n, c in _map(where, value).items())
         else:

@@ -64,13 +64,17 @@ def model_for(name_or_id: str | None, cat: catalog.Catalog | None = None) -> cat
         raise PlanError(Reason.UNKNOWN_GPU_MODEL, f"GPU model {name_or_id!r} is not in the catalog") from exc
 
 
-def _check_driver(gpu: GPUSpec, model: catalog.GpuModel) -> None:
-    need = int(model.min_driver.branch.lstrip("R"))
-    if int(gpu.driver_branch) < need:
+def check_driver(driver_branch: str, model: catalog.GpuModel) -> None:
+    """The model's floor (catalog ``min_driver``), for every mode: the node install refuses a lower branch
+    whether MIG is used or not (``nvidia_driver_min_branch``), so a spec below it is refused here, before a
+    host is claimed, and not at Configure."""
+    need = model.min_driver.floor
+    if int(driver_branch) < need:
         raise PlanError(
             Reason.DRIVER_TOO_OLD,
-            f"driverBranch {gpu.driver_branch} has no MIG on {model.key} (needs {model.min_driver.branch}, "
-            f">= {model.min_driver.minimum}): use driverBranch {need} or later (580 is a long-term branch)",
+            f"driverBranch {driver_branch} is below {model.key}'s driver floor {model.min_driver.branch} "
+            f"(>= {model.min_driver.minimum}, the first with MIG on it): use driverBranch {need} or later "
+            "(580 is a long-term branch)",
         )
 
 
@@ -78,18 +82,17 @@ def plan(gpu: GPUSpec, model_name: str | None, cat: catalog.Catalog | None = Non
     """Raises PlanError (with a condition reason) for anything a host must never be touched for."""
     model = model_for(gpu.model or model_name, cat)
     spec = _spec(gpu)
+    if gpu.mig_mode is MigMode.DYNAMIC and spec is not None:
+        raise PlanError(
+            Reason.DYNAMIC_MIG_WITH_LAYOUT,
+            "migMode Dynamic lets the DRA driver create instances and destroys pre-made ones; "
+            "remove spec.gpu.layout or use migMode Static",
+        )
+    check_driver(gpu.driver_branch, model)
     if gpu.mig_mode is MigMode.DYNAMIC:
-        if spec is not None:
-            raise PlanError(
-                Reason.DYNAMIC_MIG_WITH_LAYOUT,
-                "migMode Dynamic lets the DRA driver create instances and destroys pre-made ones; "
-                "remove spec.gpu.layout or use migMode Static",
-            )
-        _check_driver(gpu, model)
         return GPUPlan(model, None, "dynamic")
     if spec is None:
         return GPUPlan(model, None, "none")
-    _check_driver(gpu, model)
     try:
         chosen = migparted.resolve(model, spec)
     except miglayout.LayoutError as exc:

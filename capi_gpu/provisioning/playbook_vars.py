@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from capi_gpu import domain
 from capi_gpu.gpu import catalog, gpuplan, layout, migparted
 
-MIN_DRIVER_BRANCH: Final = 575
-"""RTX PRO 6000 Blackwell MIG needs R575 (>= 575.51.03); the nvidia_driver role refuses lower too."""
+DEFAULT_DRIVER_FLOOR: Final = catalog.builtin_catalog().model(gpuplan.DEFAULT_MODEL).min_driver.floor
+"""The default model's floor: what the nvidia_driver role's own ``nvidia_driver_min_branch`` says (a unit
+test holds the two equal), so a run that sends no floor is checked against the floor the role applies."""
 
 _PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb([+-][a-z.]+)?$")
 
@@ -134,6 +135,9 @@ class PlaybookVars(BaseModel):
     """The layout (mig_layout_config_yaml, mig_layout_config_name, mig_layout_expected_profiles)."""
     driver_branch: Annotated[str, Field(pattern=r"^[0-9]{3}$")] = "580"
     """NVIDIA driver branch (nvidia_driver_branch)."""
+    driver_floor: Annotated[int, Field(ge=100, le=999)] | None = None
+    """The GPU model's lowest branch, its catalog ``min_driver`` (nvidia_driver_min_branch); unset: the role's
+    default, which is the default model's."""
     nvidia_repo: AptRepository | None = None
     """NVIDIA's CUDA repository (nvidia_driver_repo)."""
     container_toolkit_repo: AptRepository | None = None
@@ -154,12 +158,14 @@ class PlaybookVars(BaseModel):
     gate_driver: str = domain.GATE_DRIVER
     """The gate DRA driver whose kubelet plugin dir dra_node creates (dra_node_gate_driver)."""
 
-    @field_validator("driver_branch")
-    @classmethod
-    def _branch_supports_mig(cls, value: str) -> str:
-        if int(value) < MIN_DRIVER_BRANCH:
-            raise ValueError(f"driver branch {value} < {MIN_DRIVER_BRANCH}: no MIG on RTX PRO 6000")
-        return value
+    @model_validator(mode="after")
+    def _branch_meets_floor(self) -> Self:
+        # The role would refuse it on the host; refused here, no host is touched. node_vars refuses it first
+        # with the plan's reason (DriverTooOld), so this only guards a PlaybookVars built another way.
+        floor = DEFAULT_DRIVER_FLOOR if self.driver_floor is None else self.driver_floor
+        if int(self.driver_branch) < floor:
+            raise ValueError(f"driver branch {self.driver_branch} is below the GPU model's floor {floor}")
+        return self
 
     def extra_vars(self) -> dict[str, Any]:
         """The role variables, by their role-prefixed names; unset optionals are left out."""
@@ -182,6 +188,8 @@ class PlaybookVars(BaseModel):
             out["mig_layout_manager_deb"] = self.mig_manager_deb
         if self.mig_manager_deb_sha256 is not None:
             out["mig_layout_manager_deb_sha256"] = self.mig_manager_deb_sha256
+        if self.driver_floor is not None:
+            out["nvidia_driver_min_branch"] = self.driver_floor
         if self.driver_route is not None:
             out["nvidia_driver_route"] = self.driver_route
         if self.node_labels is not None:
@@ -193,10 +201,16 @@ def node_vars(
     kubernetes_version: str, plan: gpuplan.GPUPlan, driver_branch: str, overrides: dict[str, Any] | None = None
 ) -> PlaybookVars:
     """site.yml's variables for one node: the one builder Configure and relayout share, so the hostile-field
-    test drives the same code that a host's run does. ``overrides`` are the operator's --playbook-vars."""
+    test drives the same code that a host's run does. ``overrides`` are the operator's --playbook-vars.
+
+    Raises ``gpuplan.PlanError`` (DriverTooOld) for a branch below the plan's model's floor, the refusal
+    admission and LayoutValid give, and pydantic's ``ValidationError`` for bad overrides; the role is sent
+    the model's floor, so a host checks the same number."""
+    gpuplan.check_driver(driver_branch, plan.model)
     return PlaybookVars(
         kubernetes_version=kubernetes_version,
         mig=MigLayoutVars.of(plan),
         driver_branch=driver_branch,
+        driver_floor=plan.model.min_driver.floor,
         **(overrides or {}),
     )

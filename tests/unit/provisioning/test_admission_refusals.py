@@ -1,6 +1,6 @@
 """What the webhook refuses and the controllers' plan agrees on: an impossible MIG layout (with the nearest
-valid ones), a driver branch without MIG, an unknown GPU model, a second host for one Robot server; and
-what it lets through (valid layouts, no MIG on an old driver, a host updating itself)."""
+valid ones), a driver branch below the model's floor, an unknown GPU model, a second host for one Robot server; and
+what it lets through (valid layouts, a host updating itself)."""
 
 from __future__ import annotations
 
@@ -62,14 +62,16 @@ def test_template_layout_is_checked_under_its_path() -> None:
     assert "1g.24gb: 5 instances requested, at most 4 fit" in found.message
 
 
-def test_driver_branch_without_mig_is_refused_only_when_mig_is_used() -> None:
+def test_driver_branch_below_the_models_floor_is_refused_in_every_mig_mode() -> None:
+    # The node install refuses a branch below the floor whether MIG is used or not, so admission does too.
     old = {"driverBranch": "570", "layout": {"preset": "all-1g.24gb"}}
     [found] = admission.refusals("HetznerGPUMachine", machine(old), [], CAT)
     assert (found.field, found.reason) == ("spec.gpu.driverBranch", Reason.DRIVER_TOO_OLD)
     assert "use driverBranch 575 or later" in found.message
     [dynamic] = admission.refusals("HetznerGPUMachine", machine({"driverBranch": "570", "migMode": "Dynamic"}), [], CAT)
     assert dynamic.reason == Reason.DRIVER_TOO_OLD
-    assert admission.refusals("HetznerGPUMachine", machine({"driverBranch": "570"}), [], CAT) == []
+    [whole] = admission.refusals("HetznerGPUMachine", machine({"driverBranch": "570"}), [], CAT)
+    assert (whole.field, whole.reason) == ("spec.gpu.driverBranch", Reason.DRIVER_TOO_OLD)
 
 
 def test_unknown_model_is_refused_on_the_model_field() -> None:
