@@ -31,7 +31,10 @@ def _event(stage: str, code: int, sub: str = "", name: str = "gex131-1") -> str:
 
 def test_writes_are_successful_completions_with_their_subresource(tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
+    read = json.loads(_event("ResponseComplete", 200, name="read"))
+    read["verb"] = "get"  # the policy keeps the operator's reads too: never a write
     lines = [
+        json.dumps(read),
         _event("ResponseComplete", 200, "status"),
         _event("ResponseComplete", 409, name="conflicted"),
         _event("Panic", 500, name="panicked"),
