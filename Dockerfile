@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # capi-gpu operator image: `capi-gpu run` (and `capi-gpu gate-plugin serve` for the DaemonSet).
 #
-# Three stages: the builder turns the project and its pinned dependencies into wheels; the helm stage
-# fetches the pinned helm release and checks its checksum; the runtime installs only those wheels into a
+# Four stages: the builder turns the project and its pinned dependencies into wheels; the helm stage
+# fetches the pinned helm release and checks its checksum; the mig-parted stage builds nvidia-mig-parted from
+# its pinned source (the node install copies it to each host); the runtime installs only those wheels into a
 # venv (no compiler, no pip cache, no source tree) and adds what the playbook runs shell out to: ssh and
 # ssh-agent from openssh-client for ansible-runner, helm for the add-ons playbook's kubernetes.core.helm.
 # ansible-core comes in as a project dependency, at the range pyproject.toml pins.
@@ -53,6 +54,32 @@ RUN case "${TARGETARCH}" in \
     && install -m 0755 "/tmp/linux-${TARGETARCH}/helm" /usr/local/bin/helm \
     && helm version --short | grep -q "^${HELM_VERSION}+"
 
+# nvidia-mig-parted for the node install: roles/mig_layout copies this file from the operator to every host and
+# checks its sha256 there (capi_gpu/provisioning/shipped_mig_parted.py), so the default install downloads
+# nothing from a release page. Built from NVIDIA/mig-parted at the commit of the pinned tag (git checks the
+# commit id, a content hash; .git then goes, so Go stamps no VCS data the source tarball build lacks), with its vendored dependencies and the flags of `hack/build-upstream.sh mp`, by
+# the Go release and gcc (bookworm's 12.2) the tests' build uses; the result must have the sha256 hack/versions.env
+# records (MIG_PARTED_SHA256), which proves the image ships the bytes the tests ran. The golang base is pinned by
+# tag only (its digest could not be looked up here); the output's checksum is what pins the stage. An empty
+# MIG_PARTED_SHA256 build-arg skips that check for another toolchain; the operator then ships what was built,
+# with the checksum recorded beside it.
+FROM golang:1.26.8-bookworm AS mig-parted
+ARG MIG_PARTED_VERSION=0.15.0
+ARG MIG_PARTED_COMMIT=e2d5ad1fc72b9d298ea6d04b885cf2d7dbe56941
+ARG MIG_PARTED_SHA256=4941adf8908720d819ce27a76eaef7e76e4aea57e7f14c652f3423cac879311f
+WORKDIR /src
+RUN git init -q . \
+    && git fetch -q --depth 1 https://github.com/NVIDIA/mig-parted.git "${MIG_PARTED_COMMIT}" \
+    && git checkout -q FETCH_HEAD \
+    && test "$(git rev-parse HEAD)" = "${MIG_PARTED_COMMIT}" \
+    && rm -rf .git \
+    && CGO_ENABLED=1 GOFLAGS=-mod=vendor GOTOOLCHAIN=local go build -trimpath \
+        -ldflags "-s -w -X github.com/NVIDIA/mig-parted/internal/info.version=v${MIG_PARTED_VERSION} -X github.com/NVIDIA/mig-parted/internal/info.gitCommit=${MIG_PARTED_COMMIT}" \
+        -o /out/nvidia-mig-parted ./cmd/nvidia-mig-parted \
+    && sha256sum /out/nvidia-mig-parted | cut -d' ' -f1 > /out/nvidia-mig-parted.sha256 \
+    && { [ -z "${MIG_PARTED_SHA256}" ] || echo "${MIG_PARTED_SHA256}  /out/nvidia-mig-parted" | sha256sum -c -; } \
+    && /out/nvidia-mig-parted --version | grep -q "version v${MIG_PARTED_VERSION}$"
+
 FROM ${PYTHON_IMAGE} AS runtime
 # openssh-client: ssh for every Ansible task, ssh-agent/ssh-add for ansible-runner's in-memory key.
 # Versions follow the bookworm point release of the base image.
@@ -71,6 +98,8 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     && /opt/capi-gpu/bin/pip install --no-index --find-links=/wheels --no-deps capi-gpu \
     && /opt/capi-gpu/bin/pip check
 COPY --from=helm /usr/local/bin/helm /usr/local/bin/helm
+# Where `capi-gpu run --mig-parted` looks by default (shipped_mig_parted.DEFAULT_PATH), with its build's checksum.
+COPY --from=mig-parted /out/ /opt/capi-gpu/libexec/
 COPY playbooks/ /opt/capi-gpu/lib/python3.11/site-packages/playbooks/
 # The add-ons playbook (playbooks/addons.yml) reads the chart values and DRA manifests from ../config.
 COPY config/dra/ /opt/capi-gpu/lib/python3.11/site-packages/config/dra/

@@ -48,7 +48,7 @@ system-deps: ## Debian packages the simulated fleet needs (debootstrap, iproute2
 	bash hack/install-system-deps.sh
 
 .PHONY: upstream
-upstream: ## build the pinned kube-apiserver, scheduler, kcm, kubectl, kine, CAPI, kustomize
+upstream: ## build the pinned kube-apiserver, scheduler, kcm, kubectl, kine, CAPI, kustomize, nvidia-mig-parted, ...
 	bash hack/build-upstream.sh all
 
 $(KUSTOMIZE):

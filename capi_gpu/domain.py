@@ -100,6 +100,10 @@ ANNOTATION_LAYOUT: Final = f"{DOMAIN}/mig-layout"
 # Set by `capi-gpu hosts inspect` (value: the request time, RFC 3339) to ask the host controller to inspect
 # an unconsumed host again; the controller clears it once the new inspection is recorded.
 ANNOTATION_REINSPECT: Final = f"{DOMAIN}/reinspect"
+# On a HetznerGPUCluster (value: the VLAN), written before it asks Robot to create its vSwitch and kept: only a
+# vSwitch found with this VLAN and name while it is there is one we created (and cancel with the cluster).
+# Metadata, so clusterctl move carries it where the status (with the vSwitch id) is not.
+ANNOTATION_VSWITCH_CREATE: Final = f"{DOMAIN}/vswitch-create"
 
 # Readiness, three layers.
 NODE_STARTUP_TAINT: Final = "readiness.k8s.io/gpu-not-ready"

@@ -20,17 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from capi_gpu import domain
+from capi_gpu.api.cluster import HetznerGPUCluster
 from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import GPUSpec, MigLayout
 from capi_gpu.gpu import gpuplan
 from capi_gpu.gpu import layout as miglayout
 from capi_gpu.kube import DEVICETAINTRULES, JSON_PATCH, NODES, PODS, RESOURCESLICES, SECRETS, Kube, Res, ours
-from capi_gpu.provisioning import ansible, playbook_vars
+from capi_gpu.provisioning import ansible, playbook_vars, private_network
 from capi_gpu.readiness import decisions, targets
 from capi_gpu.runtime.deps import secret_value
 
 MACHINES, HOSTS = ours("hetznergpumachines"), ours("hetznergpuhosts")
+CLUSTERS = ours("hetznergpuclusters")
 EVICTIONS = "eviction"
 RELAYOUT_TAINT = f"{domain.DOMAIN}/relayout"
 
@@ -56,6 +58,7 @@ class Relayout:
 
     def run(self) -> None:
         machine, host = self._find()
+        network = self._private_network(machine, host)
         gpu = self._validate(machine, host)
         self.say(f"cordon {self.node}")
         self.workload.patch(NODES, self.node, {"spec": {"unschedulable": True}})
@@ -74,7 +77,7 @@ class Relayout:
             },
         )
         self._drain()
-        self._apply_layout(machine, host, gpu)
+        self._apply_layout(machine, host, gpu, network)
         self._restart_plugin()
         self._wait_slices(machine, host)
         self.say(f"remove {rule}, uncordon {self.node}")
@@ -91,6 +94,33 @@ class Relayout:
             if m.spec.provider_id == pid and m.status.host:
                 return m, HetznerGPUHost.model_validate(self.mgmt.get(HOSTS, m.status.host, self.namespace))
         raise RelayoutError("find", f"no HetznerGPUMachine in {self.namespace} has providerID {pid!r}", usage=True)
+
+    def _private_network(self, machine: HetznerGPUMachine, host: HetznerGPUHost) -> dict[str, Any] | None:
+        """The VLAN interface and node IP the node was built with (as Configure passes them), when the
+        machine's cluster has a private network: site.yml rewrites /etc/default/kubelet, so a run without
+        them drops --node-ip. Refused before anything is touched when the host's record can't give them."""
+        labels = machine.metadata.get("labels")
+        cluster = labels.get(domain.CLUSTER_NAME_LABEL) if isinstance(labels, dict) else None
+        for obj in self.mgmt.list(CLUSTERS, self.namespace):
+            owners = obj["metadata"].get("ownerReferences") or []
+            if not any(o.get("kind") == "Cluster" and o.get("name") == cluster for o in owners):
+                continue
+            hgc = HetznerGPUCluster.model_validate(obj)
+            spec = hgc.spec.private_network
+            if spec is None:
+                return None
+            name = str(host.metadata["name"])
+            got = private_network.recorded_interface(
+                spec, hgc.status.private_network, host.status.private_network, name
+            )
+            if isinstance(got, str):
+                raise RelayoutError("private network", got, usage=True)
+            try:  # checked as the run will take them, before the node is cordoned
+                playbook_vars.PrivateNetworkVars.model_validate(got.playbook_vars()["private_network"])
+            except ValueError as exc:
+                raise RelayoutError("private network", f"variables refused: {exc} (nothing was changed)") from exc
+            return got.playbook_vars()
+        return None  # no HetznerGPUCluster for the machine's cluster (a CAPH cluster): no private network
 
     def _validate(self, machine: HetznerGPUMachine, host: HetznerGPUHost) -> GPUSpec:
         old = machine.spec.gpu or GPUSpec()
@@ -139,7 +169,9 @@ class Relayout:
                 raise RelayoutError("drain", f"pods with GPU claims still on {self.node}")
             time.sleep(1)
 
-    def _apply_layout(self, machine: HetznerGPUMachine, host: HetznerGPUHost, gpu: GPUSpec) -> None:
+    def _apply_layout(
+        self, machine: HetznerGPUMachine, host: HetznerGPUHost, gpu: GPUSpec, network: dict[str, Any] | None
+    ) -> None:
         model = next((g.model for g in (host.status.hardware.gpus if host.status.hardware else []) if g.model), None)
         plan = gpuplan.plan(gpu, model)
         secret = self.mgmt.get(SECRETS, host.spec.robot.ssh_key_secret, self.namespace)
@@ -153,6 +185,8 @@ class Relayout:
         variables = playbook_vars.node_vars(
             machine.spec.kubernetes_version or "v1.36.3", plan, gpu.driver_branch, self.overrides
         )
+        if network is not None:
+            variables = playbook_vars.with_private_network(variables, network)
         self.say(f"apply layout {plan.key} on {host.status.ipv4} (mig-parted via the mig_layout role)")
         result = asyncio.run(ansible.AnsibleRunner(artifacts_root=self.artifacts).prepare_node(target, variables))
         if not result.ok:

@@ -13,7 +13,8 @@ directory under a lock, then renamed). The guest sees it at ``GUEST_DIR`` (``/sr
 ``FleetConfig.apt_repo`` has the fleet bind-mount ``repo_dir`` there read-only in every boot of a host's disk
 (nothing copied per host, and an install that resets the disk keeps it); ``install_into`` copies it into
 a guest root instead.
-``playbook_repositories`` gives the ``PlaybookVars`` fields that point the roles at it.
+``playbook_repositories`` gives the ``PlaybookVars`` fields that point the roles at it. The nvidia-mig-manager
+stand-in .deb is there for the optional .deb route; the default route copies the operator's built binary.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from capi_gpu.provisioning import playbook_vars
 from capi_gpu_sim import apt_standins, host_shims
 
 GUEST_DIR: Final = host_shims.APT_GUEST_DIR
-FORMAT: Final = "v2"  # bump when the build itself changes, so caches are rebuilt
+FORMAT: Final = "v3"  # bump when the build itself changes, so caches are rebuilt
 MAINTAINER: Final = "capi-gpu simulation <sim@capi-gpu.invalid>"
 RELEASE_DATE: Final = "Thu, 01 Jan 2026 00:00:00 UTC"  # fixed: the cache key covers content, not time
 LOCK_TIMEOUT_S: Final = 300.0
@@ -104,7 +105,7 @@ def build(repo_dir: Path, pkgs: list[apt_standins.Package]) -> None:
         for pkg in pkgs:
             out = repo_dir / pkg.channel
             out.mkdir(parents=True, exist_ok=True)
-            build_deb(pkg, Path(staging) / pkg.name, out / pkg.deb_name)
+            build_deb(pkg, Path(staging) / pkg.channel / pkg.name, out / pkg.deb_name)  # a name may be in two channels
     for channel in {p.channel for p in pkgs}:
         write_index(repo_dir / channel, [p for p in pkgs if p.channel == channel])
 
@@ -182,9 +183,12 @@ def write_index(channel_dir: Path, pkgs: list[apt_standins.Package]) -> None:
         blob = (channel_dir / name).read_bytes()
         sums["MD5Sum"].append(f" {hashlib.md5(blob, usedforsecurity=False).hexdigest()} {len(blob)} {name}")
         sums["SHA256"].append(f" {hashlib.sha256(blob).hexdigest()} {len(blob)} {name}")
+    origin, label = apt_standins.RELEASE_ORIGINS.get(
+        channel_dir.name, ("capi-gpu-sim", f"capi-gpu-sim {channel_dir.name}")
+    )
     release = [
-        "Origin: capi-gpu-sim",
-        f"Label: capi-gpu-sim {channel_dir.name}",
+        f"Origin: {origin}",
+        f"Label: {label}",
         f"Date: {RELEASE_DATE}",
         "Architectures: all amd64 arm64",
         *[line for key, lines in sums.items() for line in [f"{key}:", *lines]],
@@ -203,7 +207,8 @@ def playbook_repositories(repo: AptRepo, guest_dir: str = GUEST_DIR) -> dict[str
         "container_toolkit_repo": source(apt_standins.TOOLKIT),
         "containerd_repo": source(apt_standins.DOCKER),
         "kubernetes_repo": source(apt_standins.KUBERNETES),
-        "mig_manager_deb": repo.guest_deb("nvidia-mig-manager", guest_dir),
+        # The shipped nvidia-mig-parted is copied and checked; the GPU shim's applies the layout (no NVML here).
+        "mig_parted_exec": apt_standins.SIM_MIG_PARTED,
     }
 
 

@@ -18,7 +18,9 @@ from capi_gpu import domain
 
 OPERATOR_USER = "system:serviceaccount:capi-gpu-system:capi-gpu-controller-manager"
 
-# Our group's writes at Metadata level, and every request of the release's operator (its ServiceAccount:
+# Our group's and CAPI core's writes at Metadata level (the move e2e attributes every change to a paused
+# Machine, MachineSet or MachineDeployment to its writer: without CAPI's group, clusterctl's delete-for-move
+# mark was nobody's and so counted as the operator's), and every request of the release's operator (its ServiceAccount:
 # a Forbidden anywhere is a rule the shipped RBAC lacks); nothing else (RequestReceived is dropped:
 # ResponseComplete carries the outcome and the time the change was committed).
 POLICY = f"""\
@@ -30,6 +32,7 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
   resources:
   - group: {domain.GROUP}
+  - group: {domain.CAPI_GROUP}
 - level: Metadata
   users: [{OPERATOR_USER}]
 - level: None

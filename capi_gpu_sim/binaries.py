@@ -151,3 +151,13 @@ def ensure_cert_manager() -> Path:
     """cert-manager's controller, cainjector and webhook, and ``cert-manager.yaml`` (its chart rendered by
     the pinned helm), built from the pinned source with vcert as a ``replace`` (~6 min once)."""
     return _ensure_target(cert_manager_dir() / "cert-manager.yaml", "cm", "bash and Go >= 1.26").parent
+
+
+def mig_parted_path() -> Path:
+    return cache_dir() / "bin" / f"mig-parted-{versions()['MIG_PARTED_VERSION']}" / "nvidia-mig-parted"
+
+
+def ensure_mig_parted() -> Path:
+    """nvidia-mig-parted from the pinned, vendored source (cgo; ~25 s once): the binary the operator ships and
+    the node install copies to the host, so the test worlds hand the host the same file a user's operator does."""
+    return _ensure_target(mig_parted_path(), "mp", "bash, gcc and Go >= 1.26")

@@ -448,7 +448,7 @@ class ControlPlane:
         reap_strays(self.registry)
 
     def audit_writes(self) -> list[audit.Write]:
-        """Every successful write to our kinds so far (see ``audit``)."""
+        """Every successful write to our kinds and CAPI core's so far, and all of the operator's (``audit``)."""
         return audit.writes(audit.log_path(self.workdir))
 
     def component_pids(self) -> dict[str, int]:

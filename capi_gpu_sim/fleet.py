@@ -14,6 +14,9 @@ is pending, consumed as on a real server). Without a Robot simulator every boot 
 The local apt repository (``FleetConfig.apt_repo``) is shared, not copied: every boot of a host's disk
 binds it read-only at ``aptrepo.GUEST_DIR``, so a controller points the playbooks at it with
 ``aptrepo.playbook_repositories(repo)`` on any host, freshly installed or not.
+
+With ``FleetConfig.private_links`` the Robot simulator's vSwitches become private links between the hosts
+that are ready members (``capi_gpu_sim.private_link``; docs/private-network.md).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capi_gpu_sim import aptrepo, host_shims, robot_hooks
+from capi_gpu_sim import aptrepo, host_shims, private_link, robot_hooks
 from capi_gpu_sim.hosts import boot, hardware, names, netns, registry, rootfs, targets, views
 from capi_gpu_sim.hosts.host import Host, HostConfig, Running
 
@@ -36,6 +39,10 @@ if TYPE_CHECKING:
     from capi_gpu_sim.robot import RobotSim
 
 log = logging.getLogger(__name__)
+
+
+IMAGES_GUEST_DIR = "/srv/capi-gpu-images"
+"""Where ``FleetConfig.images_dir`` appears in the rescue system (a path spec.image.url admits)."""
 
 
 @dataclass
@@ -51,6 +58,15 @@ class FleetConfig:
     # The local apt repository (``aptrepo.ensure_repo``), bound read-only at ``aptrepo.GUEST_DIR`` in every
     # boot of a disk, so ``aptrepo.playbook_repositories(repo)`` works on any host; None: no repository.
     apt_repo: aptrepo.AptRepo | None = None
+    # Node images (docs/node-images.md): a test-machine directory bound read-only into every rescue boot at
+    # ``IMAGES_GUEST_DIR``, so spec.image can name an archive there by path; None: no images. Serving them
+    # over https from a test server, as a real image server would, is not built yet.
+    images_dir: Path | None = None
+    # Robot's vSwitches as private links between the hosts (``capi_gpu_sim.private_link``): the ready
+    # members of a vSwitch reach each other over their VLAN interfaces, nobody else does. Needs a Robot
+    # simulator; off by default, since it reads every member's interfaces every ``private_link_interval_s``.
+    private_links: bool = False
+    private_link_interval_s: float = 0.5
 
 
 class Fleet:
@@ -69,6 +85,7 @@ class Fleet:
         self._layers: tuple[Path, Path] = (Path(), Path())
         self._inner = Path()
         self.rootfs_report: rootfs.BuildReport | None = None
+        self.private_links: private_link.PrivateLinks | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Fleet:
@@ -92,6 +109,8 @@ class Fleet:
                 self.config.host.time_scale = 1.0 / self.robot.clock.compression
             for i in range(self.config.hosts):
                 self.add_host(self.config.first_server_number + i)
+            if self.config.private_links:
+                self._start_private_links()
         except BaseException:
             self.close()
             raise
@@ -121,6 +140,23 @@ class Fleet:
                 }
             )
 
+    def _start_private_links(self) -> None:
+        robot = self.robot
+        if robot is None:
+            raise ValueError("FleetConfig.private_links needs a Robot simulator: its vSwitches are the links")
+
+        def hosts() -> dict[int, names.HostNames]:
+            with self._lock:
+                return {n: h.hn for n, h in self.hosts.items()}
+
+        self.private_links = private_link.PrivateLinks(
+            self.slot, robot.vswitch_links, hosts, self.config.private_link_interval_s
+        ).start()
+
+    def _rescue_binds(self) -> tuple[tuple[Path, str], ...]:
+        images = self.config.images_dir
+        return () if images is None else ((images, IMAGES_GUEST_DIR),)
+
     def _disk_binds(self) -> tuple[tuple[Path, str], ...]:
         repo = self.config.apt_repo
         return () if repo is None else ((repo.repo_dir, aptrepo.GUEST_DIR),)
@@ -140,6 +176,7 @@ class Fleet:
                 self._next_boot,
                 self.config.host,
                 disk_binds=self._disk_binds(),
+                rescue_binds=self._rescue_binds(),
             )
             self.hosts[server_number] = host
             self._record()
@@ -162,6 +199,11 @@ class Fleet:
             self._closed = True
         for kubelet in list(self.kubelets.values()):
             kubelet.stop()
+        if self.private_links is not None:
+            try:
+                self.private_links.close()
+            except Exception:
+                log.exception("fleet: removing the private links failed; the registry sweep will finish it")
         for host in list(self.hosts.values()):
             try:
                 host.destroy()

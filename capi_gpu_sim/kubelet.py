@@ -26,8 +26,10 @@ the bus (the GPU shim's lost markers) gets its devices tainted ``gpu.nvidia.com/
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
 import logging
+import shlex
 import threading
 import time
 from typing import Any
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 LEASES = Res("coordination.k8s.io", "v1", "leases")
 JOIN_RECORD = "/var/lib/kubelet/sim-join.json"
+DEFAULT_FILE = "/etc/default/kubelet"  # the kubelet unit's EnvironmentFile (the kubelet role writes it)
 RESET_RECORD = "/var/lib/kubelet/sim-reset.json"
 GPU_LOST_MARKER = "/run/gpu-shim/lost"  # the GPU shim's "lost until reboot"
 GPU_SHIM_CONFIG = "/var/lib/gpu-shim/config.json"  # its "lost" knob: lost for good
@@ -147,6 +150,11 @@ class SimKubelet:
             return None
         return data if isinstance(data, dict) else None
 
+    def _node_ip(self) -> str:
+        """The kubelet's ``--node-ip`` from ``KUBELET_EXTRA_ARGS`` in /etc/default/kubelet (what the unit passes
+        to the real kubelet), else the host's main address, as a real kubelet picks its default route's."""
+        return node_ip(self.host.read_file(DEFAULT_FILE)) or self.host.guest_ip
+
     def _tick(self) -> None:
         up = self.host.state is State.UP and self.host.running is Running.INSTALLED
         if not up:
@@ -247,7 +255,7 @@ class SimKubelet:
             "capacity": dict(CAPACITY),
             "allocatable": dict(ALLOCATABLE),
             "conditions": conds,
-            "addresses": [{"type": "InternalIP", "address": self.host.guest_ip}, {"type": "Hostname", "address": name}],
+            "addresses": [{"type": "InternalIP", "address": self._node_ip()}, {"type": "Hostname", "address": name}],
             "nodeInfo": {
                 "machineID": "",
                 "systemUUID": f"sim-{self.host.server_number}",
@@ -359,3 +367,34 @@ class SimKubelet:
             log.debug("kubelet %s: DRA plugin waits for the driver: %s", self.host.name, exc)
             return
         self.publisher = pub
+
+
+def node_ip(default_file: bytes | None) -> str | None:
+    """``--node-ip`` in an /etc/default/kubelet's ``KUBELET_EXTRA_ARGS`` (shell words, ``=`` or a separate word;
+    the last one wins, as with Go's flag parsing), or None when absent. Not an IPv4 address: None, so a bad
+    value shows as the node keeping its main address (the real kubelet would refuse to start instead)."""
+    if not default_file:
+        return None
+    found: str | None = None
+    for line in default_file.decode(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key.strip() != "KUBELET_EXTRA_ARGS":
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]  # systemd's EnvironmentFile: the whole quoted rest of the line
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            continue
+        for i, word in enumerate(words):
+            if word.startswith("--node-ip="):
+                found = word.split("=", 1)[1]
+            elif word == "--node-ip" and i + 1 < len(words):
+                found = words[i + 1]
+    if found is None:
+        return None
+    try:
+        return str(ipaddress.IPv4Address(found))
+    except ValueError:
+        return None

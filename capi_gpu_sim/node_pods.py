@@ -12,6 +12,11 @@ operator's add-ons run, or rendered from the chart archive where a world runs wi
   the node's labels and taints: ``daemonset_fit``) gets one pod with the template's labels, owned by the
   DaemonSet, bound to the node, and reported ``Running`` once the plugin publishes; it is recreated when gone
   (the DaemonSet controller's part), and a drain (CAPI's, ``kubectl drain``) skips it as it skips the real one;
+- a changed pod template rolls the pods as the DaemonSet controller does, ``maxUnavailable`` nodes at a time
+  (``daemonset_roll``), and the DaemonSet's status says how far the roll is; a new pod is Running and Ready
+  only ``plugin_start_s`` after it was created (a real one starts its container, initialises NVML, writes
+  its CDI spec and registers before its startup probe, period 1 s, passes), so a node whose plugin restarts
+  is seen without one for that long, as the readiness gate sees it in a cluster;
 - no DaemonSet, or a node it does not fit: no pod, and the node's kubelet publishes no NVIDIA slices
   (``SimKubelet.publish_dra`` is switched off). A plugin that goes leaves its slices behind: the kubelet
   deletes them only ``wipe_delay_s`` (30 s, the kubelet's) after the plugin went, unless a plugin
@@ -40,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from capi_gpu import domain
 from capi_gpu.kube import NODES, PODS, Kube, KubeError, Obj, Res
-from capi_gpu_sim import daemonset_fit, dra_publisher
+from capi_gpu_sim import daemonset_fit, daemonset_roll, dra_publisher
 
 if TYPE_CHECKING:
     from capi_gpu_sim.kubelet import SimKubelet
@@ -59,6 +64,8 @@ GATE_PLUGIN_SELECTOR = domain.GATE_PLUGIN_SELECTOR
 # The kubelet's DRA manager deletes a deregistered driver's slices of its node this long after the plugin
 # went; a plugin that registers again within it (a restart) cancels the wipe.
 WIPE_DELAY_S = 30.0
+# From a plugin pod's creation to Running and Ready; less than a real one takes, to keep the worlds quick.
+PLUGIN_START_S = 2.0
 
 
 def plugin_pod(node: str, daemonset: Obj) -> Obj:
@@ -72,10 +79,12 @@ def plugin_pod(node: str, daemonset: Obj) -> Obj:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels[daemonset_roll.REVISION_LABEL] = daemonset_roll.template_hash(daemonset)
     pod_meta: dict[str, Any] = {
         "generateName": f"{meta['name']}-",
         "namespace": meta["namespace"],
-        "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+        "labels": labels,
         "ownerReferences": [owner],
     }
     if annotations := (template.get("metadata") or {}).get("annotations"):
@@ -98,11 +107,17 @@ class NodePods:
         kubelets: Callable[[], Iterable[SimKubelet]],
         poll_s: float = 0.5,
         wipe_delay_s: float = WIPE_DELAY_S,
+        plugin_start_s: float = PLUGIN_START_S,
     ) -> None:
         self.kube = kube
         self.kubelets = kubelets
         self.poll_s = poll_s
         self.wipe_delay_s = wipe_delay_s
+        self.plugin_start_s = plugin_start_s
+        self._started: dict[str, float] = {}
+        """Plugin pod name -> when it was created here (it is Running and Ready ``plugin_start_s`` later)."""
+        self.rolled: list[str] = []
+        """Nodes whose old plugin pod the rolling update deleted, in order."""
         self._wipes: dict[str, tuple[float, dra_publisher.DraPublisher]] = {}
         """Node -> (when, the departed plugin's publisher): its slices are deleted then, if no plugin came back."""
         self.wiped: list[str] = []
@@ -162,6 +177,7 @@ class NodePods:
                 self._confirm_deleted(pod, on)
             elif _is_plugin(pod):
                 plugin_pods[str(spec["nodeName"])] = pod
+        self._roll(daemonset, kubelets, plugin_pods)
         self._reconcile_plugin_pods(daemonset, kubelets, plugin_pods)
         self._wipe_departed(kubelets)
         self._reconcile_gate_plugin_pods(kubelets, nodes, pods)
@@ -203,7 +219,39 @@ class NodePods:
             else:
                 self._plugin_gone(kubelet)
         self.kube.delete(PODS, meta["name"], meta["namespace"], grace_period_seconds=0)
+        self._started.pop(meta["name"], None)
         self.confirmed.append(f"{meta['namespace']}/{meta['name']}")
+
+    def _roll(self, daemonset: Obj | None, kubelets: dict[str, SimKubelet], pods: dict[str, Obj]) -> None:
+        """The DaemonSet controller's rolling update and status write (``daemonset_roll``); a node without a
+        pod here (none yet, or only a terminating one) counts as unavailable."""
+        if daemonset is None:
+            return
+        current = daemonset_roll.template_hash(daemonset)
+        view: dict[str, daemonset_roll.NodePod | None] = {}
+        for name in kubelets:
+            if name in self.misfits:
+                continue
+            pod = pods.get(name)
+            view[name] = (
+                None
+                if pod is None
+                else daemonset_roll.NodePod(
+                    pod["metadata"]["name"],
+                    (pod["metadata"].get("labels") or {}).get(daemonset_roll.REVISION_LABEL) == current,
+                    _ready(pod),
+                )
+            )
+        for name in daemonset_roll.to_delete(daemonset, view):
+            node = next(n for n, p in view.items() if p is not None and p.name == name)
+            self.kube.delete(PODS, name, PLUGIN_NAMESPACE)
+            pods.pop(node, None)
+            view[node] = None
+            self.rolled.append(node)
+            log.info("node pods: rolling update deletes %s's plugin pod %s", node, name)
+        status = daemonset_roll.status(daemonset, view)
+        if {k: (daemonset.get("status") or {}).get(k) for k in status} != status:
+            self.kube.patch(DAEMONSETS, PLUGIN_DAEMONSET, {"status": status}, PLUGIN_NAMESPACE, sub="status")
 
     def _reconcile_plugin_pods(
         self, daemonset: Obj | None, kubelets: dict[str, SimKubelet], pods: dict[str, Obj]
@@ -227,12 +275,15 @@ class NodePods:
             assert daemonset is not None
             if pod is None and name not in terminating:
                 pod = self.kube.create(PODS, plugin_pod(name, daemonset), PLUGIN_NAMESPACE)
+                self._started[pod["metadata"]["name"]] = time.monotonic() + self.plugin_start_s
             if (
                 pod is not None
                 and kubelet.publisher is not None
                 and (pod.get("status") or {}).get("phase") != "Running"
+                and time.monotonic() >= self._started.get(pod["metadata"]["name"], 0.0)
             ):
                 self.kube.patch(PODS, pod["metadata"]["name"], _running(), PLUGIN_NAMESPACE, sub="status")
+                self._started.pop(pod["metadata"]["name"], None)
 
     def _plugin_gone(self, kubelet: SimKubelet) -> None:
         """The plugin stopped and nothing replaces it (``publish_dra`` is already off): its slices stay until
@@ -277,6 +328,11 @@ def _selected(pod: Obj, namespace: str, selector: str) -> bool:
     key, _, value = selector.partition("=")
     meta = pod["metadata"]
     return meta.get("namespace") == namespace and (meta.get("labels") or {}).get(key) == value
+
+
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _running() -> dict[str, Any]:

@@ -32,8 +32,7 @@ class ReleaseOperator:
 
     def pods(self) -> list[Pod]:
         """The manager pods the runner runs now."""
-        with self.runner._lock:
-            pods = list(self.runner.pods.values())
+        pods = self.runner.running()
         return [
             p for p in pods if p.namespace == NAMESPACE and all(p.facts.labels.get(k) == v for k, v in SELECTOR.items())
         ]

@@ -4,7 +4,8 @@ It follows the documented behaviour, not what our client happens to expect: Basi
 wrapped JSON (vSwitch unwrapped), documented error codes, per-endpoint hourly limits answered with
 403 ``RATE_LIMIT_EXCEEDED`` + ``max_requests`` + ``interval``, and the 10-minute IP block after three
 failed logins. The rules live in ``robot_limits`` (clock, limits, logins, faults), ``robot_world``
-(servers, reset, rescue, keys) and ``robot_orders`` (products, orders, cancellation, vSwitch); this
+(servers, reset, rescue, keys), ``robot_orders`` (products, orders, cancellation) and ``robot_vswitch``
+(vSwitches and their asynchronous membership); this
 module is the HTTP front and the Python API.
 
 Every request passes, in order: IP block → auth → maintenance (503) → route (404) → rate limit (403)
@@ -37,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pydantic
 
-from capi_gpu_sim import robot_hooks, robot_limits, robot_orders, robot_world
+from capi_gpu_sim import robot_hooks, robot_limits, robot_orders, robot_vswitch, robot_world
 from capi_gpu_sim.robot_hooks import BootKind, BootTarget, HostKeyPair, NewServer, NullHook, PowerHook
 from capi_gpu_sim.robot_limits import SimFaults
 from capi_gpu_sim.robot_world import ApiError, Form
@@ -89,6 +90,7 @@ class RobotSim:
         self.clock = robot_limits.SimClock(compression)
         self.world = robot_world.RobotWorld(now=self.clock.now, wall=self.clock.wall)
         self.commerce = robot_orders.Commerce(self.world)
+        self.vswitches = robot_vswitch.VSwitches(self.world)
         self.faults = SimFaults()
         self.power_hook: PowerHook = power_hook or NullHook()
         self.new_server_hook: robot_hooks.NewServerHook = new_server_hook or NullHook()
@@ -178,6 +180,12 @@ class RobotSim:
         with self._lock:
             return self.world.next_boot(self.world.servers[server_number])
 
+    def vswitch_links(self) -> dict[int, tuple[int, set[int]]]:
+        """vSwitch id -> (VLAN, ready member server numbers): who shares which private link now
+        (``capi_gpu_sim.private_link``). A cancelled vSwitch keeps its link while Robot lists it."""
+        with self._lock:
+            return {vid: (v.vlan, self.vswitches.ready_members(vid)) for vid, v in self.vswitches.by_id.items()}
+
     def set_server_ip(self, server_number: int, ip: str) -> bool:
         """Point a known server at the address its machine answers on; False if Robot does not know it."""
         with self._lock:
@@ -198,6 +206,7 @@ class RobotSim:
             self.faults = SimFaults.model_validate({**self.faults.model_dump(), **changes})
             self.world.never_boot = set(self.faults.never_boot)
             self.world.impostor_rescue = set(self.faults.impostor_rescue)
+            self.vswitches.fail = set(self.faults.vswitch_fail)
             return self.faults
 
     @property
@@ -252,7 +261,7 @@ class RobotSim:
     # --- request handling ----------------------------------------------------------------------
 
     def _routes(self) -> dict[str, Route]:
-        w, c = self.world, self.commerce
+        w, c, v = self.world, self.commerce, self.vswitches
         return {
             "GET /server": lambda p, f, q: w.list_servers(),
             "GET /server/{n}": lambda p, f, q: w.get_server(p["n"]),
@@ -276,10 +285,13 @@ class RobotSim:
             "POST /order/server/transaction": lambda p, f, q: c.order(f),
             "GET /order/server/transaction": lambda p, f, q: c.list_transactions(),
             "GET /order/server/transaction/{id}": lambda p, f, q: c.get_transaction(p["id"]),
-            "GET /vswitch": lambda p, f, q: c.list_vswitches(),
-            "POST /vswitch": lambda p, f, q: c.create_vswitch(f),
-            "GET /vswitch/{id}": lambda p, f, q: c.get_vswitch(p["id"]),
-            "POST /vswitch/{id}/server": lambda p, f, q: c.add_vswitch_servers(p["id"], f),
+            "GET /vswitch": lambda p, f, q: v.list_all(),
+            "POST /vswitch": lambda p, f, q: v.create(f),
+            "GET /vswitch/{id}": lambda p, f, q: v.get(p["id"]),
+            "POST /vswitch/{id}": lambda p, f, q: v.update(p["id"], f),
+            "DELETE /vswitch/{id}": lambda p, f, q: v.cancel(p["id"], f),
+            "POST /vswitch/{id}/server": lambda p, f, q: v.add_servers(p["id"], f),
+            "DELETE /vswitch/{id}/server": lambda p, f, q: v.remove_servers(p["id"], f),
         }
 
     def _user(self, authorization: str | None) -> str | None:

@@ -104,7 +104,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _ep("GET", r"^/vswitch", "GET /vswitch", 500),
     _ep("POST", r"^/vswitch", "POST /vswitch", 100),
     _ep("GET", r"^/vswitch/(?P<id>\d+)", "GET /vswitch/{id}", 500),
+    _ep("POST", r"^/vswitch/(?P<id>\d+)", "POST /vswitch/{id}", 100),
+    _ep("DELETE", r"^/vswitch/(?P<id>\d+)", "DELETE /vswitch/{id}", 100),
     _ep("POST", r"^/vswitch/(?P<id>\d+)/server", "POST /vswitch/{id}/server", 100),
+    _ep("DELETE", r"^/vswitch/(?P<id>\d+)/server", "DELETE /vswitch/{id}/server", 100),
 )
 
 
@@ -177,6 +180,8 @@ class SimFaults(BaseModel):
     rate_limits: dict[str, tuple[int, float]] = Field(default_factory=dict)
     # Servers whose rescue system presents host keys other than the ones Robot reported (a swapped machine).
     impostor_rescue: list[int] = Field(default_factory=list)
+    # Servers whose vSwitch joins end "failed" instead of "ready" (a port Robot could not configure).
+    vswitch_fail: list[int] = Field(default_factory=list)
 
     @field_validator("rate_limits")
     @classmethod

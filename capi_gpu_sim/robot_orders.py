@@ -1,4 +1,4 @@
-"""The Robot simulator's commerce side: products, orders that turn into servers, cancellations, vSwitch.
+"""The Robot simulator's commerce side: products, orders that turn into servers, cancellations.
 
 Orders follow the documented life: ``POST /order/server/transaction`` returns 201 with a transaction
 ``in process`` and ``server_number: null``; after ``delivery_delay_s`` (sim seconds; an order with a
@@ -8,8 +8,7 @@ Orders follow the documented life: ``POST /order/server/transaction`` returns 20
 counts against the 20/day limit: it is a request to that endpoint).
 
 The GEX131 product carries the 8 Oct 2026 feed: €1,497.30/month, €2.3995/h, €1,499 setup (net;
-gross at 19 % VAT), in FSN1 and NBG1. vSwitch answers are unwrapped, and a server joining one is
-``processing`` (what the API sends, not the doc's "in process") for ``vswitch_delay_s``.
+gross at 19 % VAT), in FSN1 and NBG1. vSwitches live in ``robot_vswitch``.
 """
 
 from __future__ import annotations
@@ -65,15 +64,11 @@ class Commerce:
         self.world = world
         self.products: dict[str, dict[str, Any]] = {"GEX131": gex131_product()}
         self.transactions: dict[str, dict[str, Any]] = {}
-        self.vswitches: dict[int, dict[str, Any]] = {}
         self.new_servers: list[NewServer] = []  # drained by the sim into the hook thread
         self.delivery_delay_s = 600.0
         self.manual_delivery_delay_s = 2 * 86400.0
         self.handover_s = 60.0
-        self.vswitch_delay_s = 60.0
-        self.vswitch_limit = 10
         self._numbers = itertools.count(900000)
-        self._vswitch_ids = itertools.count(40000)
 
     # --- products ------------------------------------------------------------------------------
 
@@ -226,65 +221,3 @@ class Commerce:
         server.cancelled = True
         server.cancellation = {"date": date.isoformat(), "reason": form.one("cancellation_reason"), "reserved": False}
         return 200, self._cancellation(server)
-
-    # --- vSwitch (unwrapped) -------------------------------------------------------------------
-
-    def _vswitch_summary(self, v: dict[str, Any]) -> dict[str, Any]:
-        return {k: v[k] for k in ("id", "name", "vlan", "cancelled")}
-
-    def list_vswitches(self) -> tuple[int, Any]:
-        return 200, [self._vswitch_summary(v) for v in self.vswitches.values()]
-
-    def create_vswitch(self, form: Form) -> tuple[int, Any]:
-        name, raw_vlan = form.required("name"), form.required("vlan")
-        if not raw_vlan.isdigit() or not 4000 <= int(raw_vlan) <= 4091:
-            raise invalid_input(invalid=["vlan"])
-        if any(v["vlan"] == int(raw_vlan) for v in self.vswitches.values()):
-            raise ApiError(409, "VSWITCH_VLAN_NOT_UNIQUE", "vlan already used")
-        if len(self.vswitches) >= self.vswitch_limit:
-            raise ApiError(409, "VSWITCH_LIMIT_REACHED", "vswitch limit reached")
-        vid = next(self._vswitch_ids)
-        self.vswitches[vid] = {
-            "id": vid,
-            "name": name,
-            "vlan": int(raw_vlan),
-            "cancelled": False,
-            "server": [],
-            "subnet": [],
-            "cloud_network": [],
-        }
-        return 201, self.vswitches[vid]
-
-    def _vswitch(self, vid: str) -> dict[str, Any]:
-        if not vid.isdigit() or int(vid) not in self.vswitches:
-            raise ApiError(404, "NOT_FOUND", "vswitch not found")
-        return self.vswitches[int(vid)]
-
-    def get_vswitch(self, vid: str) -> tuple[int, Any]:
-        return 200, self._vswitch(vid)
-
-    def add_vswitch_servers(self, vid: str, form: Form) -> tuple[int, Any]:
-        vswitch = self._vswitch(vid)
-        refs = form.many("server")
-        if not refs:
-            raise invalid_input(missing=["server"])
-        servers = [self.world.server(ref) for ref in refs]
-        if any(entry["status"] == "processing" for entry in vswitch["server"]):
-            raise ApiError(409, "VSWITCH_IN_PROCESS", "the vswitch is being updated")
-        if any(not s.vswitch_capable for s in servers):
-            raise ApiError(404, "VSWITCH_NOT_AVAILABLE", "vswitch is not available for this server")
-        if len(vswitch["server"]) + len(servers) > 100:
-            raise ApiError(409, "VSWITCH_SERVER_LIMIT_REACHED", "100 servers per vswitch")
-        for server in servers:
-            joined = sum(any(e["server_number"] == server.number for e in v["server"]) for v in self.vswitches.values())
-            if joined >= 5:
-                raise ApiError(409, "VSWITCH_PER_SERVER_LIMIT_REACHED", "5 vswitches per server")
-        entries = [{**s.address(), "status": "processing"} for s in servers]
-        vswitch["server"].extend(entries)
-
-        def settled() -> None:
-            for entry in entries:
-                entry["status"] = "ready"
-
-        self.world.schedule(self.vswitch_delay_s, settled)
-        return 201, None

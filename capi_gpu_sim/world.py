@@ -33,10 +33,11 @@ from capi_gpu.kube import (
     Res,
     ours,
 )
-from capi_gpu_sim import aptrepo, binaries, controlplane_object, node_pods, nvidia_chart, release, templates
+from capi_gpu_sim import aptrepo, binaries, caph, controlplane_object, node_pods, nvidia_chart, release, templates
 from capi_gpu_sim.controlplane import ControlPlane, Options
 from capi_gpu_sim.fleet import Fleet, FleetConfig
 from capi_gpu_sim.hosts import cgroups, keys
+from capi_gpu_sim.loopback import OctetLease
 from capi_gpu_sim.operator_pods import ReleaseOperator
 from capi_gpu_sim.pods.runner import Config as RunnerConfig
 from capi_gpu_sim.pods.runner import PodRunner
@@ -82,6 +83,12 @@ class WorldConfig:
     # as cluster-admin, without the webhook.
     release: bool = True
     replicas: int = 1
+    # The Cluster is CAPH's (capi_gpu_sim/caph.py): its infrastructureRef a HetznerCluster as CAPH leaves it
+    # provisioned, our HetznerGPUCluster attached in add-on mode (spec.clusterRef), as the gpu-workers flavor has it.
+    caph: bool = False
+    # The HetznerGPUCluster's spec.privateNetwork (docs/private-network.md), and the fleet's private links:
+    # the Robot simulator's vSwitches become layer-2 links between their ready members (capi_gpu_sim/private_link.py).
+    private_network: dict[str, Any] | None = None
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -98,7 +105,8 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: fl
 class World:
     def __init__(self, config: WorldConfig) -> None:
         self.config = config
-        self.service_cidr = f"127.64.{secrets.randbelow(250) + 1}.0/24"
+        self.loopback = OctetLease("world")
+        self.service_cidr = f"127.64.{self.loopback.octet}.0/24"
         self.cp = ControlPlane(
             config.state_dir / "controlplane",
             Options(
@@ -154,7 +162,10 @@ class World:
                 self.robot.set_faults(**cfg.robot_faults)
             repo = aptrepo.ensure_repo(cfg.kubernetes_version, cfg.driver_branch)
             self.repo = repo
-            self.fleet = Fleet(FleetConfig(hosts=cfg.hosts, apt_repo=repo), robot=self.robot).start()
+            self.fleet = Fleet(
+                FleetConfig(hosts=cfg.hosts, apt_repo=repo, private_links=cfg.private_network is not None),
+                robot=self.robot,
+            ).start()
             # No kubelet publishes NVIDIA slices until the chart's DaemonSet runs a plugin pod on its node:
             # node_pods decides that, as the DaemonSet controller would.
             self.fleet.attach_workload(self.kube, publish_dra=False)
@@ -203,7 +214,12 @@ class World:
         overlay = release.world_overlay(cfg.state_dir / "overlay", self.playbook_vars_file(), extra, cfg.replicas)
         config = release.repository(cfg.state_dir / "repository", release.components(overlay))
         assert self.robot is not None
-        variables = {"CAPI_GPU_SIM_ROBOT_URL": self.robot.url, "CAPI_GPU_SIM_TIMING_SCALE": str(cfg.timing_scale)}
+        variables = {
+            "CAPI_GPU_SIM_ROBOT_URL": self.robot.url,
+            "CAPI_GPU_SIM_TIMING_SCALE": str(cfg.timing_scale),
+            # The image has it at /opt/capi-gpu/libexec; the stand-in image is the checkout, so the built one.
+            "CAPI_GPU_SIM_MIG_PARTED": str(binaries.ensure_mig_parted()),
+        }
         out, self.init_seconds = release.init(self.cp.kubeconfig, config, cfg.state_dir / "clusterctl", variables)
         (cfg.state_dir / "clusterctl-init.log").write_text(out)
         self.operator_starts = 1
@@ -339,7 +355,23 @@ class World:
 
     def apply_cluster(self) -> None:
         controlplane_object.install(self.k, self.cp)
-        for doc in templates.render(templates.TEMPLATES / "cluster-template-dev.yaml", self.template_values()):
+        cfg = self.config
+        docs = templates.render(templates.TEMPLATES / "cluster-template-dev.yaml", self.template_values())
+        if cfg.caph:
+            caph.install(self.k, self.cp)
+            port = int(self.cp.url.rsplit(":", 1)[1])
+            self.k.apply(
+                caph.HETZNER_CLUSTERS,
+                caph.hetzner_cluster(cfg.cluster, cfg.namespace, "127.0.0.1", port),
+                cfg.namespace,
+            )
+            caph.mark_provisioned(self.k, cfg.cluster, cfg.namespace)
+            docs = caph.attach(docs, cfg.cluster)
+        if cfg.private_network is not None:
+            for doc in docs:
+                if doc["kind"] == "HetznerGPUCluster":
+                    doc["spec"]["privateNetwork"] = cfg.private_network
+        for doc in docs:
             group, _, version = doc["apiVersion"].rpartition("/")
             res = Res(group, version, doc["kind"].lower() + "s")
             self.k.apply(res, doc, self.config.namespace)
@@ -387,6 +419,8 @@ class World:
             str(self.config.state_dir / "artifacts"),
             "--playbook-vars",
             str(self.playbook_vars_file()),
+            "--mig-parted",
+            str(binaries.ensure_mig_parted()),
             *self._addons_args(),
             *self.config.operator_args,
             *(extra or []),
@@ -504,3 +538,4 @@ class World:
         if self.kube is not None:
             self.kube.close()
         self.cp.stop()
+        self.loopback.release()

@@ -149,6 +149,7 @@ async def test_auto_takes_ubuntus_precompiled_module_where_the_archive_has_it_an
     # No compiler, no headers, no DKMS, no CUDA repository: none of the other route.
     assert not have & {"dkms", "gcc", f"linux-headers-{KERNEL}", "nvidia-dkms-580-open", "nvidia-driver-580-open"}
     assert node.sh("test", "-e", "/etc/apt/sources.list.d/nvidia-cuda.list", ok=False) == ""
+    assert node.sh("grep", "-rl", "NVIDIA", "/etc/apt/preferences.d", ok=False) == "", "Ubuntu's route pins nothing"
     assert node.sh("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader").strip() == "Enabled"
     assert node.mig_devices() == Counter(LAYOUT)
 

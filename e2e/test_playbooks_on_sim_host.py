@@ -1,10 +1,12 @@
 """site.yml for real, through ansible-runner, on a simulated GEX131 (systemd as PID 1, own sshd, pinned
 host key, the local stand-in apt repository): every role runs; layout {1g.24gb: 2, 2g.48gb: 1} leaves exactly
 those instances in the GPU shim; a second run changes nothing; a reboot re-creates the instances from the
-boot unit before kubelet starts; a reset that cannot apply MIG mode asks for one reboot; a failed task is
-reported with its role and task; a host whose key is not the pinned one is refused; a .deb fetched by URL
-with a wrong pinned checksum stops the play before anything is installed, with the right one it is used;
-MIG can be turned off again (the whole GPU)."""
+boot unit before kubelet starts; the nvidia-dkms route takes every driver package from NVIDIA's repository (its
+apt pin), though the archive's build of the same names sorts higher; a reset that cannot apply MIG mode asks for one reboot; a failed task is
+reported with its role and task; a host whose key is not the pinned one is refused; the default route copies
+the nvidia-mig-parted the operator ships (built from pinned source), checks its sha256 on the host and refuses
+a copy with another; a .deb fetched by URL with a wrong pinned checksum stops the play before anything is
+installed, with the right one it is used; MIG can be turned off again (the whole GPU)."""
 
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ import yaml
 
 from capi_gpu import domain
 from capi_gpu.gpu import catalog, migparted
-from capi_gpu.provisioning import ansible, ansible_data, ansible_events, playbook_vars
-from capi_gpu_sim import aptrepo, fleet
+from capi_gpu.provisioning import ansible, ansible_data, ansible_events, playbook_vars, shipped_mig_parted
+from capi_gpu_sim import aptrepo, binaries, fleet
 from capi_gpu_sim.hosts import host as simhost
 from capi_gpu_sim.hosts import keys, targets
 
@@ -148,6 +150,7 @@ def site_vars(
         mig=mig or playbook_vars.MigLayoutVars.render(model, migparted.resolve(model, LAYOUT)),
         driver_route=route,  # type: ignore[arg-type]  # one of the Literal's values, or None
         **aptrepo.playbook_repositories(repo),  # type: ignore[arg-type]
+        **shipped_mig_parted.overrides(binaries.ensure_mig_parted()),  # what the world's operator ships
     )
 
 
@@ -180,6 +183,18 @@ async def test_a_gex131_is_provisioned_idempotently_and_keeps_its_layout_across_
     assert node.sh("systemctl", "is-enabled", "kubelet.service").strip() == "enabled"
     assert node.sh("systemctl", "is-active", "kubelet.service", ok=False).strip() == "inactive"
     assert node.sh("systemctl", "is-enabled", "nvidia-mig-manager.service", ok=False).strip() == "masked"
+    # One driver source: NVIDIA's build of every driver package, though the archive's own sorts higher.
+    status = node.sh("dpkg-query", "-W", "-f=${db:Status-Status} ${Package} ${Version}\n", "*nvidia*580*")
+    drivers = dict(line.split()[1:] for line in status.splitlines() if line.startswith("installed "))
+    assert "nvidia-driver-pinning-580" in drivers and len(drivers) >= 7, drivers
+    assert not [v for v in drivers.values() if "ubuntu" in v], drivers
+    assert "l=NVIDIA CUDA" in node.sh("cat", "/etc/apt/preferences.d/capi-gpu-nvidia-cuda.pref")
+    # The shipped nvidia-mig-parted, copied and checked: the same bytes, runnable on the host.
+    shipped = binaries.ensure_mig_parted()
+    assert node.sh("sha256sum", "/usr/local/bin/nvidia-mig-parted").split()[0] == shipped_mig_parted.sha256_of(shipped)
+    assert "version v0.15.0" in node.sh("/usr/local/bin/nvidia-mig-parted", "--version")
+    node.sh("sha256sum", "--check", "--strict", "/etc/capi-gpu/nvidia-mig-parted.sha256")
+    assert node.sh("dpkg-query", "-W", "nvidia-mig-manager", ok=False) == "", "the default route installs no .deb"
     assert "hold" in node.sh("dpkg", "--get-selections", "kubelet", "kubeadm", "kubectl")
     assert node.sh("dpkg-query", "-W", "-f=${Version}", "kubelet") == "1.36.3-1.1"
     assert "--node-labels=nvidia.com/gpu.present=true" in node.sh("cat", "/etc/default/kubelet")
@@ -256,6 +271,15 @@ async def test_a_failed_task_names_its_role_and_task_a_foreign_key_is_refused_an
         "Download nvidia-mig-manager and check its checksum",
     )
     assert node.sh("dpkg-query", "-W", "nvidia-driver-580-open", ok=False) == "", "installed before the check"
+
+    # The shipped binary with a checksum it does not have: refused on the host after the copy, before it runs.
+    forged = site_vars(world.repo).model_copy(update={"mig_parted_sha256": "1" * 64})
+    refused_bin = await node.runner.prepare_node(node.target, forged)
+    assert refused_bin.status is ansible_events.RunStatus.FAILED and refused_bin.failed is not None
+    assert (refused_bin.failed.role, refused_bin.failed.task) == (
+        "mig_layout",
+        "Check the copy on the host is the binary the operator ships",
+    )
 
     model = catalog.builtin_catalog().model("rtx-pro-6000")
     rendered = playbook_vars.MigLayoutVars.render(model, migparted.resolve(model, LAYOUT))

@@ -2,7 +2,7 @@
 # Builds the pinned upstream binaries the tests and `capi-gpu dev up` run against, into a cache
 # outside the repository keyed by version. Idempotent: a component whose stamp file exists is reused.
 #
-#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|helm|ca|cm]...
+#   hack/build-upstream.sh [all|k8s|kine|capi|kustomize|clusterctl|helm|ca|cm|mp]...
 #
 # Layout:  $CAPI_GPU_CACHE/bin/k8s-<ver>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
 #          $CAPI_GPU_CACHE/bin/kine-<ver>/kine
@@ -12,6 +12,7 @@
 #          $CAPI_GPU_CACHE/bin/helm-<ver>/helm
 #          $CAPI_GPU_CACHE/bin/cluster-autoscaler-<ver>/cluster-autoscaler  (clusterapi provider only)
 #          $CAPI_GPU_CACHE/bin/cert-manager-<ver>/{controller,cainjector,webhook,cert-manager.yaml}
+#          $CAPI_GPU_CACHE/bin/mig-parted-<ver>/{nvidia-mig-parted,nvidia-mig-parted.sha256}
 # KUBEBUILDER_ASSETS, when set, supplies kube-apiserver (and kubectl) instead of building them.
 set -euo pipefail
 
@@ -224,13 +225,45 @@ build_cm() { # cert-manager: controller, cainjector, webhook from the tag's sour
   log "cert-manager $CERT_MANAGER_VERSION: built into $out"
 }
 
+build_mp() { # nvidia-mig-parted for the node install: cgo (go-nvml dlopens NVML), dependencies vendored, offline
+  local out=$BIN/mig-parted-$MIG_PARTED_VERSION
+  if [ -f "$out/.done" ]; then log "mig-parted $MIG_PARTED_VERSION: cached in $out"; return; fi
+  need_go
+  command -v gcc >/dev/null 2>&1 || { echo "build-upstream: mig-parted needs cgo: install gcc and rerun." >&2; exit 2; }
+  local src=$WORK/mig-parted-$MIG_PARTED_VERSION
+  local tarball=${MP_SRC_TARBALL:-$here/../../shared/upstream/mig-parted-$MIG_PARTED_VERSION-src.tar.gz}
+  rm -rf "$src"; mkdir -p "$src"
+  if [ -f "$tarball" ]; then
+    step="mig-parted: verify $tarball"; log "$step"
+    echo "$MIG_PARTED_SRC_SHA256  $tarball" | sha256sum -c --quiet -
+    tar -xzf "$tarball" -C "$src" --strip-components=1
+  else
+    step="mig-parted: download tag v$MIG_PARTED_VERSION ($MIG_PARTED_COMMIT)"; log "$step"
+    curl -fsSL "https://github.com/NVIDIA/mig-parted/archive/$MIG_PARTED_COMMIT.tar.gz" | tar -xz -C "$src" --strip-components=1
+  fi
+  step="mig-parted: go build (cgo, vendored)"; log "$step"
+  mkdir -p "$out.tmp"
+  # The version flags of upstream's Makefile (versions.mk), so `nvidia-mig-parted --version` names the tag.
+  local info=github.com/NVIDIA/mig-parted/internal/info
+  (cd "$src" && CGO_ENABLED=1 GOFLAGS=-mod=vendor go build -trimpath \
+    -ldflags "-s -w -X $info.version=v$MIG_PARTED_VERSION -X $info.gitCommit=$MIG_PARTED_COMMIT" \
+    -o "$out.tmp/nvidia-mig-parted" ./cmd/nvidia-mig-parted)
+  local sum; sum=$(sha256sum "$out.tmp/nvidia-mig-parted" | cut -d' ' -f1)
+  echo "$sum" > "$out.tmp/nvidia-mig-parted.sha256"
+  if [ -n "${MIG_PARTED_SHA256:-}" ] && [ "$sum" != "$MIG_PARTED_SHA256" ]; then
+    log "WARNING: nvidia-mig-parted sha256 $sum is not the recorded $MIG_PARTED_SHA256 ($(go version)); hack/versions.env says which toolchain gave that"
+  fi
+  rm -rf "$out" "$src"; mv "$out.tmp" "$out"; touch "$out/.done"
+  log "mig-parted $MIG_PARTED_VERSION: built into $out (sha256 $sum)"
+}
+
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_helm; build_ca; build_cm ;;
+    all) build_kine; build_kustomize; build_capi; build_clusterctl; build_k8s; build_helm; build_ca; build_cm; build_mp ;;
     k8s) build_k8s ;; kine) build_kine ;; capi) build_capi ;; kustomize) build_kustomize ;;
-    clusterctl) build_clusterctl ;; helm) build_helm ;; ca) build_ca ;; cm) build_cm ;;
-    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|helm|ca|cm)" >&2; exit 2 ;;
+    clusterctl) build_clusterctl ;; helm) build_helm ;; ca) build_ca ;; cm) build_cm ;; mp) build_mp ;;
+    *) echo "build-upstream: unknown target '$t' (all|k8s|kine|capi|kustomize|clusterctl|helm|ca|cm|mp)" >&2; exit 2 ;;
   esac
 done
 step=""

@@ -9,6 +9,8 @@
 #   openssh-client   ssh-keygen for host keys, ssh-agent for ansible-runner's ssh_key=
 #   curl             the runbooks' Robot calls (their e2e runs them against the simulator)
 #   tmux             a real terminal for the live `dev up` view's test (captures the pane twice)
+#   gcc, libc6-dev   cgo for nvidia-mig-parted (hack/build-upstream.sh mp; go-nvml links -ldl)
+#   gnupg            the stand-in publisher's signing key (capi_gpu_sim/aptsign) and apt_source's key checks
 #
 # openssh-server is deliberately NOT installed here: sshd runs from the guest root filesystem
 # (debootstrap --include=openssh-server), so the test machine never gets a listener on 0.0.0.0:22.
@@ -16,7 +18,7 @@
 # Idempotent: re-running installs nothing when everything is present. Needs root.
 set -euo pipefail
 
-PKGS=(debootstrap iproute2 util-linux mount openssh-client curl tmux)
+PKGS=(debootstrap iproute2 util-linux mount openssh-client curl tmux gcc libc6-dev gnupg)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "install-system-deps: needs root (apt-get)" >&2

@@ -8,10 +8,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from capi_gpu import domain
-from capi_gpu.api.base import Conditions, Initialization, KubeModel, ObjectMetaTemplate, immutable, list_map
+from capi_gpu.api.base import (
+    Conditions,
+    Initialization,
+    KubeModel,
+    ObjectMetaTemplate,
+    cel,
+    immutable,
+    list_map,
+    validations,
+)
+from capi_gpu.api.network import PrivateNetworkSpec, PrivateNetworkStatus
 
 
 class APIEndpoint(KubeModel):
@@ -131,9 +141,71 @@ class AddonsStatus(KubeModel):
     """When that run finished; the playbook runs again after an hour to undo drift."""
 
 
+class ClusterRef(KubeModel):
+    """A CAPI Cluster in the same namespace."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    """The Cluster's name."""
+
+
+_ADD_ON = "has(self.clusterRef)"
+
+
+# A host's node IP comes from the private network, so the network exists for the cluster's whole life or not
+# at all; and an address or a membership must never refer to a vSwitch or subnet the spec no longer names.
+_PRIVATE_NETWORK_FIXED = cel(
+    "self.vswitch == oldSelf.vswitch && self.subnet == oldSelf.subnet",
+    "privateNetwork.vswitch and privateNetwork.subnet can't change: hosts hold addresses on them "
+    "(addresses, mtu and routes may change)",
+)
+
+
 class HetznerGPUClusterSpec(KubeModel):
     """Desired state of the infrastructure of one workload cluster."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                f"!{_ADD_ON} || !has(self.controlPlaneEndpoint)",
+                "controlPlaneEndpoint is the Cluster's own infrastructure provider's to set: with clusterRef "
+                "(add-on mode) leave it unset",
+                field=".controlPlaneEndpoint",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                f"!{_ADD_ON} || !has(self.controlPlaneLoadBalancer) || !self.controlPlaneLoadBalancer.enabled",
+                "controlPlaneLoadBalancer: with clusterRef (add-on mode) the Cluster's own infrastructure provider "
+                "fronts its control plane; leave it disabled",
+                field=".controlPlaneLoadBalancer",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                f"!{_ADD_ON} || !has(self.failureDomains) || size(self.failureDomains) == 0",
+                "failureDomains are published by the Cluster's infrastructureRef: with clusterRef (add-on mode) "
+                "set them there and leave these empty",
+                field=".failureDomains",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                "has(self.clusterRef) == has(oldSelf.clusterRef) && (!has(self.clusterRef) || "
+                "self.clusterRef.name == oldSelf.clusterRef.name)",
+                "clusterRef can't be set, changed or removed after creation: create another HetznerGPUCluster",
+                field=".clusterRef",
+            ),
+            cel(
+                "has(self.privateNetwork) == has(oldSelf.privateNetwork)",
+                "privateNetwork is set when the cluster is created and can't be added or removed later: "
+                "its hosts take their node IPs from it",
+                field=".privateNetwork",
+            ),
+        )
+    )
+
+    cluster_ref: ClusterRef | None = None
+    """Add-on mode: the CAPI Cluster these GPU workers join when another provider's InfraCluster (CAPH's
+    HetznerCluster, for example) is its infrastructureRef. The operator makes that Cluster this object's owner,
+    so clusterctl move and the Cluster's deletion take it along, and never sets a control-plane endpoint, a
+    Load Balancer or failure domains. Unset: this object is the Cluster's infrastructureRef."""
     control_plane_endpoint: APIEndpoint | None = None
     """Set by the user, or by the controller from the Load Balancer."""
     robot_credentials: RobotCredentials
@@ -146,6 +218,11 @@ class HetznerGPUClusterSpec(KubeModel):
     """Hetzner datacenters offered as failure domains, e.g. fsn1-dc14."""
     addons: Addons = Addons()
     """The DRA add-ons installed into the workload cluster (docs/addons.md)."""
+    private_network: Annotated[
+        PrivateNetworkSpec | None, Field(json_schema_extra=validations(_PRIVATE_NETWORK_FIXED))
+    ] = None
+    """Hosts join this Robot vSwitch before they join the cluster, and the kubelet uses their address on it
+    as the node IP (docs/private-network.md). Unset: hosts use their public address, as before."""
 
 
 class FailureDomain(KubeModel):
@@ -171,6 +248,8 @@ class HetznerGPUClusterStatus(KubeModel):
     Never derived from the Secret's content: a hash of a password in status would be an offline oracle."""
     addons: AddonsStatus = AddonsStatus()
     """The add-ons the operator last applied."""
+    private_network: PrivateNetworkStatus | None = None
+    """The vSwitch of spec.privateNetwork, as last seen."""
     conditions: Conditions = []
     """Ready, RobotCredentialsValid, LoadBalancerReady, AddonsReady."""
 

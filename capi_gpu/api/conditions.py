@@ -33,6 +33,8 @@ class Type(StrEnum):
     WORKLOAD_KUBECONFIG_VALID = "WorkloadKubeconfigValid"
     ADDONS_READY = "AddonsReady"
     GATE_FEATURES_AVAILABLE = "GateFeaturesAvailable"
+    # cluster and host: spec.privateNetwork's vSwitch (docs/private-network.md)
+    PRIVATE_NETWORK_READY = "PrivateNetworkReady"
     # template
     CAPACITY_KNOWN = "CapacityKnown"
     STANDBY_POOL_READY = "StandbyPoolReady"
@@ -70,15 +72,29 @@ class Reason(StrEnum):
     CAPACITY_FROM_HOSTS = "CapacityFromHosts"
     STANDBY_SHORT = "StandbyPoolShort"
     LOAD_BALANCER_DISABLED = "LoadBalancerDisabled"
+    ADD_ON = "AddOn"  # add-on mode (spec.clusterRef): the Cluster's own provider fronts its control plane
+    CLUSTER_NOT_FOUND = "ClusterNotFound"  # spec.clusterRef names a Cluster that does not exist (yet)
     LOAD_BALANCER_FAILED = "LoadBalancerFailed"
     KUBECONFIG_REJECTED = "KubeconfigRejected"
     OS_HOST_KEY_UNTRUSTED = "OSHostKeyUntrusted"
     ADDONS_INSTALLED = "AddonsInstalled"
     CHART_REF_NOT_ALLOWED = "ChartRefNotAllowed"
+    PRIVATE_NETWORK_CONFLICT = "PrivateNetworkConflict"
+    NO_PRIVATE_NETWORK = "NoPrivateNetwork"  # the cluster has no spec.privateNetwork
+    VSWITCH_NOT_FOUND = "VSwitchNotFound"  # spec.privateNetwork.vswitch.id (or the recorded id) is not in Robot
+    VSWITCH_REFUSED = "VSwitchRefused"  # Robot refused a vSwitch request for good (a 4xx we did not foresee)
+    JOINING_VSWITCH = "JoiningVSwitch"  # the host's port is being configured; the kubeadm join waits for it
+    LEAVING_VSWITCH = "LeavingVSwitch"  # after kubeadm reset, until Robot shows the server off the vSwitch
     WAITING_FOR_CONTROL_PLANE = "WaitingForControlPlane"
     FEATURES_AVAILABLE = "FeaturesAvailable"
     FEATURES_MISSING = "FeaturesMissing"
     DYNAMIC_MIG_UNSUPPORTED = "DynamicMIGUnsupported"
+    # spec.image, a baked node image (docs/node-images.md)
+    IMAGE_GPU_MODEL_MISMATCH = "ImageGPUModelMismatch"
+    IMAGE_DRIVER_MISMATCH = "ImageDriverMismatch"  # another branch than the spec's, or below the model's floor
+    IMAGE_KERNEL_MISMATCH = "ImageKernelMismatch"
+    IMAGE_KUBERNETES_MISMATCH = "ImageKubernetesMismatch"
+    IMAGE_MANIFEST_UNSUPPORTED = "ImageManifestUnsupported"  # a format version this release can't read
 
 
 # The gate's reasons are two enums, not members of ``Reason``: each lands on its own field (the first on

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field
 
 from capi_gpu.api.base import Conditions, KubeModel, ObjectReference, cel, immutable, validations
+from capi_gpu.api.network import HostPrivateNetwork
 from capi_gpu.api.specs import GPUSpec, InstallImageSpec
 
 
@@ -54,11 +55,16 @@ class ErrorType(StrEnum):
     HOST_KEY_MISMATCH = "HostKeyMismatch"
     INSTALL_FAILED = "InstallImageFailed"
     ANSIBLE_FAILED = "AnsibleFailed"
+    # Configure's variables were refused before Ansible ran (a driver branch below the GPU model's floor, the
+    # operator's --playbook-vars the roles would not take): nothing ran on the host; fix the spec or the flag.
+    CONFIGURATION_REFUSED = "ConfigurationRefused"
     BOOTSTRAP_FAILED = "BootstrapFailed"
     DISK_CHECK_FAILED = "DiskCheckFailed"
     OTHER_LINUX_FOUND = "OtherLinuxFound"
     DEPROVISIONING = "DeprovisioningError"
     ROBOT = "RobotError"
+    IMAGE_CHECKSUM_MISMATCH = "ImageChecksumMismatch"  # spec.image's archive is not the one its sha256 names
+    IMAGE_MISMATCH = "ImageMismatch"  # spec.image's manifest does not fit the machine, fallback Fail
 
 
 WWN_PATTERN = r"^(0x|eui\.|nvme-eui\.|naa\.)?[0-9a-fA-F.]+$"
@@ -222,10 +228,11 @@ class MigInstance(KubeModel):
 
 
 class Operation(KubeModel):
-    """A destructive step, recorded before it is sent and completed after."""
+    """A step that must not be repeated blindly, recorded before it is sent and completed after."""
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z-]{0,31}$")]
-    """What was sent: activate-rescue, reset-sw, reset-hw, reset-ssh, wipe, installimage, mig-reboot, bootstrap."""
+    """What was sent: activate-rescue, reset-sw, reset-hw, reset-ssh, wipe, installimage, mig-reboot, bootstrap,
+    kubeadm-reset, configure (an Ansible run, named on the server by its requestedAt)."""
     attempt: Annotated[int, Field(ge=1)] = 1
     """Attempt number within the current step."""
     requested_at: datetime
@@ -276,6 +283,9 @@ class HetznerGPUHostStatus(KubeModel):
     mig_instances: Annotated[list[MigInstance], Field(max_length=16)] = []
     """The GPU instances and placements nvidia-smi reported at provisioning; the gate expects the DRA device
     names built from them. Empty when unknown (then the gate counts devices by profile)."""
+    private_network: HostPrivateNetwork | None = None
+    """The host's address on its cluster's vSwitch and its membership; set while a cluster with
+    spec.privateNetwork holds the host, dropped when the host is released (which frees the address)."""
     error_type: ErrorType | None = None
     """Class of the last error."""
     error_permanent: bool = False

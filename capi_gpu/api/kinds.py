@@ -134,6 +134,9 @@ KINDS: tuple[Kind, ...] = (
         remediation.HetznerGPURemediationTemplate,
         (AGE,),
         status=False,
+        # A MachineHealthCheck names it, and nothing owns it: without the label clusterctl move leaves it
+        # behind and the target's MHC reports RemediationTemplateNotFound.
+        extra_labels={domain.MOVE_LABEL: ""},
     ),
 )
 

@@ -23,7 +23,7 @@ from capi_gpu.api.base import (
     immutable,
     validations,
 )
-from capi_gpu.api.specs import GPUSpec, InstallImageSpec
+from capi_gpu.api.specs import GPUSpec, InstallImageSpec, NodeImageSpec
 
 
 class HetznerGPUMachineSpec(KubeModel):
@@ -50,6 +50,9 @@ class HetznerGPUMachineSpec(KubeModel):
     """NVIDIA stack and MIG layout; a machine without it (control plane) gets no GPU stack."""
     kubernetes_version: Annotated[str | None, Field(pattern=r"^v1\.[0-9]+\.[0-9]+$")] = None
     """kubelet/kubeadm version to install; the Machine's spec.version when unset."""
+    image: NodeImageSpec | None = None
+    """A baked node image to install instead of plain Ubuntu plus the full node install (docs/node-images.md).
+    Not available in this release: the webhook refuses a spec that sets it."""
 
 
 class HetznerGPUMachineStatus(KubeModel):

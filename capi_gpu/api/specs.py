@@ -72,6 +72,37 @@ class InstallImageSpec(KubeModel):
     """Extra shell run by installimage's -x step after ours (OS host key, NoCloud seed)."""
 
 
+# A baked node image (docs/node-images.md): an https URL on a DNS name (no IP literal, so neither loopback
+# nor the metadata address; no userinfo and no query, so no credential or signed token rides in the spec),
+# or an absolute path in the rescue system (the simulator's images, Hetzner's /root/.oldroot/nfs share).
+# A path segment is at most one dot and then a letter, digit, _ or -, so never ``.`` or ``..``; the name
+# ends in an archive suffix installimage takes.
+_SEGMENT = r"\.?[A-Za-z0-9_-][A-Za-z0-9._+-]{0,127}"
+_ARCHIVE = r"\.(tar|tar\.gz|tgz|tar\.bz2|tar\.xz|tar\.zst)"
+_DNS_NAME = r"([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?"
+NODE_IMAGE_URL_PATTERN = rf"^(https://{_DNS_NAME}(:[0-9]{{1,5}})?|)(/{_SEGMENT})*/{_SEGMENT}{_ARCHIVE}$"
+
+
+class ImageFallback(StrEnum):
+    FAIL = "Fail"
+    """A manifest that does not match the machine's GPU model, driver branch, kernel or Kubernetes minor
+    fails closed: a condition names the mismatch, nothing is written to the disk."""
+    FULL_INSTALL = "FullInstall"
+    """On a mismatch, install plain Ubuntu and run the full node install, as without an image."""
+
+
+class NodeImageSpec(KubeModel):
+    """A baked node image (``capi-gpu image bake``): installimage writes it instead of plain Ubuntu, after
+    checking its sha256 in rescue and its manifest against this spec (``provisioning.node_image``)."""
+
+    url: Annotated[str, Field(min_length=1, max_length=1024, pattern=NODE_IMAGE_URL_PATTERN)]
+    """https://<dns-name>/<path>.tar.zst (no credentials, no query) or an absolute path in the rescue system."""
+    sha256: Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")]
+    """sha256 of the archive, lower-case hex; checked in rescue before anything is written."""
+    fallback: ImageFallback = ImageFallback.FAIL
+    """What a mismatch between the image's manifest and this spec does: Fail (default) or FullInstall."""
+
+
 class MigMode(StrEnum):
     STATIC = "Static"
     """Layout pre-applied by mig-parted at boot; the NVIDIA DRA plugin announces what exists."""

@@ -21,7 +21,7 @@ EXIT_USAGE = 2
 EXIT_EXTERNAL = 3
 
 # Subcommand modules; a missing one is a packaging bug, not a runtime choice.
-SUBCOMMANDS = ("run", "crds", "layouts", "hosts", "nodes", "cost", "autoscaler", "gate_plugin")
+SUBCOMMANDS = ("run", "crds", "layouts", "hosts", "image", "nodes", "cost", "autoscaler", "gate_plugin")
 # The simulators and their subcommands live in the top-level package ``capi_gpu_sim``: beside this package
 # in a source checkout, in neither the wheel nor the image. Product code never imports it (import-linter);
 # the CLI only looks it up by name, so an installed operator simply has no ``sim``/``dev``.

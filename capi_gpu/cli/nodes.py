@@ -7,6 +7,7 @@ from pathlib import Path
 
 from capi_gpu import domain
 from capi_gpu.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, kubeargs
+from capi_gpu.cli import run as run_cli
 from capi_gpu.kube import SECRETS, Kube
 from capi_gpu.runtime import workload
 
@@ -21,6 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--workload-kubeconfig", help="the workload cluster (default: the Secret <cluster>-kubeconfig)")
     r.add_argument("--cluster", help="Cluster name, to find <cluster>-kubeconfig")
     r.add_argument("--playbook-vars", type=Path, help="PlaybookVars overrides (package mirrors), as for `run`")
+    run_cli.add_mig_parted_arg(r)
     r.add_argument("--artifacts-dir", type=Path, default=Path("/tmp/capi-gpu-relayout"))
     r.add_argument("--dra-plugin-selector", default=domain.NVIDIA_PLUGIN_SELECTOR)
     r.add_argument("--timeout", type=float, default=900)
@@ -40,9 +42,13 @@ def _workload(args: argparse.Namespace, mgmt: Kube, namespace: str) -> Kube:
 
 
 def relayout(args: argparse.Namespace) -> int:
+    from capi_gpu.provisioning import shipped_mig_parted
     from capi_gpu.relayout import Relayout, RelayoutError
-    from capi_gpu.runtime.settings import Settings
 
+    try:
+        overrides = run_cli.playbook_overrides(args)
+    except (shipped_mig_parted.ShippedBinaryError, ValueError) as exc:
+        raise kubeargs.CliFailure(str(exc), EXIT_USAGE) from exc
     mgmt = kubeargs.connect(args)
     namespace = kubeargs.namespace(args) or "default"
     workload = _workload(args, mgmt, namespace)
@@ -53,7 +59,7 @@ def relayout(args: argparse.Namespace) -> int:
         args.node,
         args.layout,
         args.artifacts_dir,
-        Settings.load_overrides(args.playbook_vars),
+        overrides,
         args.dra_plugin_selector,
         args.timeout,
     )

@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--artifacts-dir", type=Path, default=Path("/var/lib/capi-gpu/artifacts"))
     p.add_argument("--playbook-vars", type=Path, help="YAML of PlaybookVars overrides (package mirrors)")
+    add_mig_parted_arg(p)
     p.add_argument(
         "--leader-elect", action="store_true", help="act only while holding a coordination.k8s.io Lease (replicas > 1)"
     )
@@ -108,6 +109,47 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def add_mig_parted_arg(p: argparse.ArgumentParser) -> None:
+    from capi_gpu.provisioning import shipped_mig_parted
+
+    p.add_argument(
+        "--mig-parted",
+        type=Path,
+        default=None,
+        help=f"the nvidia-mig-parted binary copied to every host (default: ${shipped_mig_parted.ENV}, "
+        f"else {shipped_mig_parted.DEFAULT_PATH}, where the image has it); unused when --playbook-vars "
+        "names an nvidia-mig-manager .deb",
+    )
+
+
+def playbook_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """--playbook-vars plus the shipped nvidia-mig-parted and its checksum; ``ShippedBinaryError`` or
+    ``ValueError`` when either cannot be used (the operator then refuses to start)."""
+    from capi_gpu.provisioning import playbook_vars, shipped_mig_parted
+    from capi_gpu.runtime.settings import Settings
+
+    path = args.mig_parted or shipped_mig_parted.default_path()
+    out = shipped_mig_parted.with_shipped_binary(Settings.load_overrides(args.playbook_vars), path)
+    playbook_vars.check_overrides(out)
+    return out
+
+
+def operator_playbook_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """``playbook_overrides`` for the operator: a missing binary is a warning, not a refusal to start."""
+    import logging
+
+    from capi_gpu.provisioning import playbook_vars, shipped_mig_parted
+    from capi_gpu.runtime.settings import Settings
+
+    try:
+        return playbook_overrides(args)
+    except shipped_mig_parted.ShippedBinaryMissing as exc:
+        logging.getLogger(__name__).warning("%s; hosts stop in Configure until it is there", exc)
+        out = Settings.load_overrides(args.playbook_vars)
+        playbook_vars.check_overrides(out)
+        return out
+
+
 def seconds(value: str) -> float:
     """A duration flag: "15s" (controller-runtime's form) or a bare number of seconds."""
     try:
@@ -150,6 +192,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"capi-gpu run: {problem}", file=sys.stderr)
             return EXIT_USAGE
     logs.configure(args.verbose, args.log_format)
+    from capi_gpu.provisioning import shipped_mig_parted
+
+    try:
+        overrides = operator_playbook_overrides(args)
+    except (shipped_mig_parted.ShippedBinaryError, ValueError) as exc:
+        print(f"capi-gpu run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     settings = Settings(
         namespace=every(args.namespace),
         watch_filter=every(args.watch_filter),
@@ -160,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         provisioning_limit=args.provisioning_limit,
         ansible_parallel=args.ansible_parallel,
         artifacts_dir=args.artifacts_dir,
-        playbook_overrides=Settings.load_overrides(args.playbook_vars),
+        playbook_overrides=overrides,
         gate=not args.no_gate,
         claim_scaler=args.claim_scaler,
         claim_scaler_pods=args.claim_scaler_pods,
@@ -242,7 +291,9 @@ def make_deps(kubeconfig: str | None, settings: Settings) -> Deps:
     # is 10 on 2 CPUs, and at 20 hosts every surplus call paid a fresh connection ("pool is full").
     workers = 16
     kube = AsyncKube(Kube.in_cluster_or_kubeconfig(kubeconfig, pool_size=workers + 4), workers=workers)
-    runner = AnsibleRunner(artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel)
+    runner = AnsibleRunner(
+        artifacts_root=settings.artifacts_dir, parallel=settings.ansible_parallel, timeout_s=settings.ansible_timeout_s
+    )
     installer = None
     if settings.addons:
         installer = AnsibleAddons(artifacts_root=settings.artifacts_dir / "addons", helm_binary=settings.helm)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.cluster import HetznerGPUCluster
+from capi_gpu.controllers import cluster_vswitch
 from capi_gpu.hetzner import cloud
 from capi_gpu.kube import SECRETS, Obj, ours
 from capi_gpu.runtime import events
@@ -46,6 +47,10 @@ async def delete(deps: Deps, obj: Obj) -> bool:
     if domain.DELETE_FOR_MOVE_ANNOTATION in (obj["metadata"].get("annotations") or {}):
         return True
     hgc = HetznerGPUCluster.model_validate(obj)
+    done, why = await cluster_vswitch.release(deps, hgc, obj)
+    if not done:  # its members leave as their machines are deleted; the vSwitch goes after them
+        await _report(deps, hgc, obj, True, why)
+        return False
     lb = hgc.spec.control_plane_load_balancer
     if not lb.enabled or lb.token_ref is None:
         return True

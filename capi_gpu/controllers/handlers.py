@@ -28,6 +28,7 @@ from capi_gpu.controllers import (
     remediation_loop,
     template_loop,
 )
+from capi_gpu.provisioning import move
 from capi_gpu.readiness import gate_runner
 from capi_gpu.runtime.deps import Deps
 from capi_gpu.runtime.diffbase import MemoryDiffBaseStorage
@@ -127,8 +128,13 @@ def _deletions(registry: kopf.OperatorRegistry, when: Callable[..., bool]) -> No
     async def host_delete(body: kopf.Body, **_: Any) -> None:
         host = HetznerGPUHost.model_validate(dict(body))
         moving = domain.DELETE_FOR_MOVE_ANNOTATION in (body["metadata"].get("annotations") or {})
-        if host.spec.consumer_ref is not None and not moving:
-            raise kopf.TemporaryError(f"in use by {host.spec.consumer_ref.name}; delete the Machine first", delay=30)
+        consumer = host.spec.consumer_ref.name if host.spec.consumer_ref is not None else None
+        raw = dict(body)
+        raw_status = dict(raw["status"]) if isinstance(raw.get("status"), Mapping) else raw.get("status")
+        snapshot = (body["metadata"].get("annotations") or {}).get(domain.ANNOTATION_STATUS)
+        status = move.deleted_status(host.status, raw_status, snapshot)  # a moved host's record: in its snapshot
+        if (why := move.deletion_refused(status, consumer, moving)) is not None:
+            raise kopf.TemporaryError(why, delay=30)
 
     @kopf.on.delete(G, V, "hetznergpumachines", id="machine-delete", registry=registry, when=when)
     async def machine_delete(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:

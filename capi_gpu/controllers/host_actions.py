@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -26,13 +27,23 @@ from capi_gpu.api.host import (
     RescueHostKey,
 )
 from capi_gpu.api.specs import InstallImageSpec
+from capi_gpu.controllers import host_handover
 from capi_gpu.controllers.host_context import HostEnv, hostname, plan_for
 from capi_gpu.controllers.host_probes import open_shell, os_pin, rescue_pin
 from capi_gpu.gpu import catalog, gpuplan
 from capi_gpu.hetzner import errors as robot_errors
 from capi_gpu.hetzner import models as robot_models
-from capi_gpu.provisioning import ansible, installimage, mig_readout, playbook_vars, ssh, steps
-from capi_gpu.provisioning.ansible_events import RunStatus, TaskEvent
+from capi_gpu.provisioning import (
+    ansible,
+    handover,
+    installimage,
+    mig_readout,
+    node_image,
+    playbook_vars,
+    ssh,
+    steps,
+)
+from capi_gpu.provisioning.ansible_events import PlaybookResult, RunStatus, TaskEvent
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult
 from capi_gpu.runtime.deps import Deps
 
@@ -225,9 +236,28 @@ def _wipe(host: HetznerGPUHost, shell: ssh.HostShell, wipe: list[str]) -> Action
     return ActionResult.ok(message=f"wiped {targets}")
 
 
+def _node_image(env: HostEnv, shell: ssh.HostShell) -> node_image.Plan | ActionResult | None:
+    """With ``spec.image``: stage and check it in rescue, before anything is written (``node_image``)."""
+    consumer = env.consumer
+    if consumer is None or consumer.standby or consumer.machine.spec.image is None:
+        return None
+    image = consumer.machine.spec.image
+    dest = node_image.staged_path(image)
+    sha = shell.stage_image(image.url, dest)
+    manifest = shell.image_manifest(dest) if sha == image.sha256 else None  # a wrong archive is not read
+    return node_image.decide(
+        image, sha, manifest, consumer.machine.spec, catalog.builtin_catalog(), consumer.kubernetes_version
+    )
+
+
 def _install(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> ActionResult:
     consumer = env.consumer
     image = consumer.install_image if consumer else _image(host)
+    plan = _node_image(env, shell)
+    if isinstance(plan, ActionResult):
+        return plan
+    if plan is not None and plan.image_path is not None:
+        image = image.model_copy(update={"image_path": plan.image_path})
     wwns = installimage.root_disks(
         host.status.hardware.disks if host.status.hardware else [], host.spec.root_device_hints, image
     )
@@ -244,7 +274,7 @@ def _install(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> Action
         server_number=host.spec.server_number,
     )
     shell.start_installimage(installimage.autosetup(image, name, wwns, uefi=shell.uefi()), script)
-    return ActionResult.ok(message="installimage started")
+    return ActionResult.ok(message=f"installimage started: {plan.message}" if plan else "installimage started")
 
 
 def _bootstrap(host: HetznerGPUHost, env: HostEnv, shell: ssh.HostShell) -> ActionResult:
@@ -267,11 +297,21 @@ def configure_vars(
     try:
         return playbook_vars.node_vars(kubernetes_version, plan, driver_branch, overrides)
     except gpuplan.PlanError as exc:
-        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"{exc.reason}: {exc}", permanent=True)
+        return ActionResult.failed(ErrorType.CONFIGURATION_REFUSED, f"{exc.reason}: {exc}", permanent=True)
     except ValidationError as exc:
         # The operator's --playbook-vars the roles would not take: a retry cannot fix it, a human fixes the flag.
         why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'vars'}: {e['msg']}" for e in exc.errors())
-        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"playbook variables refused: {why}", permanent=True)
+        return ActionResult.failed(ErrorType.CONFIGURATION_REFUSED, f"playbook variables refused: {why}", True)
+
+
+def _with_private_network(
+    variables: playbook_vars.PlaybookVars, interface: dict[str, Any]
+) -> playbook_vars.PlaybookVars | ActionResult:
+    """The cluster's VLAN interface and node IP added to the run's variables (``host_vswitch`` set them)."""
+    try:
+        return playbook_vars.with_private_network(variables, interface)
+    except ValidationError as exc:
+        return ActionResult.failed(ErrorType.CONFIGURATION_REFUSED, f"private network variables refused: {exc}", True)
 
 
 async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionResult:
@@ -281,12 +321,14 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
     try:
         plan = plan_for(host, consumer)
     except gpuplan.PlanError as exc:
-        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"{exc.reason}: {exc}", permanent=True)
+        return ActionResult.failed(ErrorType.CONFIGURATION_REFUSED, f"{exc.reason}: {exc}", permanent=True)
     if plan is None:
         return ActionResult.ok(message="no GPU stack requested", layout="none", prepared=consumer.prepared)
     gpu = consumer.gpu
     assert gpu is not None
     variables = configure_vars(consumer.kubernetes_version, plan, gpu.driver_branch, deps.settings.playbook_overrides)
+    if env.private_network is not None and not isinstance(variables, ActionResult):
+        variables = _with_private_network(variables, env.private_network.playbook_vars())
     if isinstance(variables, ActionResult):
         return variables
     target = ansible.SSHTarget(
@@ -301,7 +343,10 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
         if ev.role and (not roles or roles[-1] != ev.role):
             roles.append(ev.role)
 
-    result = await deps.runner.prepare_node(target, variables, on_event)
+    task = await _start_or_join(deps, host, env, plan.key, consumer.prepared, target, variables, on_event)
+    if isinstance(task, ActionResult):
+        return task
+    result = await asyncio.shield(task)
     if result.status is RunStatus.REBOOT_NEEDED:
         return ActionResult.ok(reboot_needed=True, message=result.reboot_reason or "MIG mode needs a reboot")
     if result.status is RunStatus.HOST_KEY_MISMATCH:
@@ -309,16 +354,108 @@ async def configure(deps: Deps, host: HetznerGPUHost, env: HostEnv) -> ActionRes
     if not result.ok:
         where = f"{result.failed.label}: {result.failed.message}" if result.failed else result.status.value
         return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"ansible {result.status.value} at {where}")
+    summary = f"{len(roles)} roles in {result.duration_s:.0f}s, changed={result.changed}"
+    return await _configured(deps, host, env, plan.key, consumer.prepared, summary)
+
+
+_RUNS: dict[str, asyncio.Future[PlaybookResult]] = {}  # host uid -> its shielded run, kept from the GC
+
+
+async def _start_or_join(
+    deps: Deps,
+    host: HetznerGPUHost,
+    env: HostEnv,
+    layout: str,
+    prepared: str | None,
+    target: ansible.SSHTarget,
+    variables: playbook_vars.PlaybookVars,
+    on_event: Callable[[TaskEvent], None],
+) -> asyncio.Future[PlaybookResult] | ActionResult:
+    """The run to wait for: one this process already has going for the host, else a new one after the
+    hand-over check (which may wait or adopt instead: an ActionResult)."""
+    uid = str(host.metadata.get("uid", ""))
+    running = _RUNS.get(uid)
+    if running is not None and not running.done():
+        # The server's marker names our own uid, which reads as a run that died with a controller; but this
+        # process still has it going (its pass was cancelled, e.g. leadership lost and won back): join it,
+        # never a second Ansible run beside it.
+        return running
+    handed = await _handover(deps, host, env, layout, prepared)
+    if isinstance(handed, ActionResult):
+        return handed
+    # Shielded by the caller: a host object deleted mid-run (clusterctl move deletes the source's) cancels its
+    # loop 10 s later, but the run goes on in its thread regardless; its outcome must still reach the server's
+    # marker, or the moved host would wait out the runner's timeout instead of adopting it.
+    task = asyncio.ensure_future(_run_marked(deps, host, env, target, variables, handed, on_event))
+    _RUNS[uid] = task
+
+    def forget(done: asyncio.Future[PlaybookResult]) -> None:
+        if _RUNS.get(uid) is done:
+            del _RUNS[uid]
+
+    task.add_done_callback(forget)
+    return task
+
+
+async def _run_marked(
+    deps: Deps,
+    host: HetznerGPUHost,
+    env: HostEnv,
+    target: ansible.SSHTarget,
+    variables: playbook_vars.PlaybookVars,
+    started: handover.Marker,
+    on_event: Callable[[TaskEvent], None],
+) -> PlaybookResult:
+    """The run, then its outcome in the server's marker."""
+    result = await deps.runner.prepare_node(target, variables, on_event)
+    if (ended := _run_state(result.status, result.ok)) is not None:
+        done = dataclasses.replace(started, state=ended, message=result.status.value)
+        await asyncio.to_thread(host_handover.mark, deps, host, env, done)
+    return result
+
+
+def _run_state(status: RunStatus, ok: bool) -> handover.RunState | None:
+    """What the server's marker says of a finished run; None: write nothing (the server isn't ours)."""
+    if status is RunStatus.HOST_KEY_MISMATCH:
+        return None
+    if status is RunStatus.REBOOT_NEEDED:
+        return handover.RunState.REBOOT_NEEDED
+    return handover.RunState.DONE if ok else handover.RunState.FAILED
+
+
+async def _handover(
+    deps: Deps, host: HetznerGPUHost, env: HostEnv, layout: str, prepared: str | None
+) -> handover.Marker | ActionResult:
+    """Before a run, the server's run marker (``provisioning.handover``): wait for a run the management
+    cluster this host moved from still has going, adopt the outcome of one it finished, or mark this run as
+    started and return the marker."""
+    run, recorded = host_handover.current_run(host, deps.clock())
+    try:
+        verdict = await asyncio.to_thread(host_handover.check, deps, host, env, run, recorded)
+    except ssh.SSHError as exc:
+        return ActionResult.failed(ErrorType.ANSIBLE_FAILED, f"ssh: reading the Configure run marker: {exc}")
+    match verdict:
+        case handover.Wait(until=until, message=message):
+            return ActionResult.deferred(min(60.0, max(5.0, (until - deps.clock()).total_seconds())), message)
+        case handover.Adopt(reboot_needed=True, message=message):
+            return ActionResult.ok(reboot_needed=True, message=message)
+        case handover.Adopt(message=message):
+            return await _configured(deps, host, env, layout, prepared, message)
+    marker = host_handover.starting(deps, host, run)
+    await asyncio.to_thread(host_handover.mark, deps, host, env, marker)
+    return marker
+
+
+async def _configured(
+    deps: Deps, host: HetznerGPUHost, env: HostEnv, layout: str, prepared: str | None, summary: str
+) -> ActionResult:
     devices, instances = await asyncio.to_thread(_mig_devices, deps, host, env)
-    summary = (
-        f"{len(roles)} roles in {result.duration_s:.0f}s, changed={result.changed}; MIG: {', '.join(devices) or 'off'}"
-    )
     return ActionResult.ok(
         mig_devices=tuple(devices),
         mig_instances=tuple(instances),
-        layout=plan.key,
-        prepared=consumer.prepared,
-        message=summary,
+        layout=layout,
+        prepared=prepared,
+        message=f"{summary}; MIG: {', '.join(devices) or 'off'}",
     )
 
 

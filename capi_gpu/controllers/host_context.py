@@ -16,7 +16,7 @@ from capi_gpu.api.specs import GPUSpec, InstallImageSpec, image_key, prepared_ke
 from capi_gpu.gpu import gpuplan
 from capi_gpu.hetzner.robot import RobotClient
 from capi_gpu.kube import CAPI_MACHINES, SECRETS, Conflict, Obj, ours
-from capi_gpu.provisioning import bootstrap, hostkeys, move
+from capi_gpu.provisioning import bootstrap, hostkeys, move, private_network
 from capi_gpu.runtime import pause
 from capi_gpu.runtime.deps import AccessError, Deps, secret_value
 
@@ -52,6 +52,7 @@ class HostEnv:
     ssh_public: str
     os_key: hostkeys.HostKeyPair
     consumer: Consumer | None
+    private_network: private_network.VLANInterface | None = None  # set by host_vswitch for a claimed host
 
     def __repr__(self) -> str:
         return f"HostEnv(consumer={self.consumer.name if self.consumer else None})"

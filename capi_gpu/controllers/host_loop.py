@@ -21,7 +21,7 @@ from typing import Any
 from capi_gpu import domain
 from capi_gpu.api import conditions as c
 from capi_gpu.api.host import HetznerGPUHost, HostState
-from capi_gpu.controllers import host_actions, host_move, host_probes
+from capi_gpu.controllers import host_actions, host_move, host_probes, host_vswitch
 from capi_gpu.controllers.host_context import (
     HOSTS,
     HostEnv,
@@ -31,8 +31,8 @@ from capi_gpu.controllers.host_context import (
     standby_cluster_paused,
 )
 from capi_gpu.kube import Conflict, Obj
-from capi_gpu.provisioning import admission, host_conditions, move, outcomes, states, transitions
-from capi_gpu.provisioning.model import Action, ActionResult, Decision, Observations, Timing
+from capi_gpu.provisioning import admission, host_conditions, move, outcomes, states, transitions, vswitch_steps
+from capi_gpu.provisioning.model import BLOCK_MOVE_WHILE, Action, ActionResult, Decision, Observations, Timing
 from capi_gpu.runtime import events, loops, metrics
 from capi_gpu.runtime.deps import AccessError, Deps
 
@@ -132,14 +132,23 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     except AccessError as exc:
         return await _unavailable(deps, obj, host, exc, in_flight)
     pausing = paused or (env.consumer is not None and env.consumer.paused)
-    if pausing and not in_flight:
-        return await host_move.pause(deps, obj, host)
+    synced = await _vswitch(deps, obj, host, env, pausing, in_flight)
+    if isinstance(synced, float):
+        return synced
+    host, env, gates = synced
     if host.status.host_keys.os != env.os_key.public:
         host.status.host_keys.os = env.os_key.public
     now, timing = deps.clock(), deps.settings.timing
     base = _observations(host, env)
     reinspect = domain.ANNOTATION_REINSPECT in _annotations(obj)
-    base = base.__class__(**{**base.__dict__, "reinspect": reinspect})
+    base = dataclasses.replace(
+        base,
+        reinspect=reinspect,
+        vswitch_before_join=gates.before_join,
+        private_network_configure=gates.configure,
+        vswitch_before_configure=gates.before_configure,
+        vswitch_before_release=gates.before_release,
+    )
     obs = await host_probes.observe(deps, host, env, states.probes_for(host, now, timing, base.claimed), base)
     key = (namespace, name)
     slot_free = key in deps.provisioning or len(deps.provisioning) < deps.settings.provisioning_limit
@@ -157,7 +166,9 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     decision = states.decide(ctx)
     try:
         # block-move while the action runs too: a move waits for its outcome, which the next write records.
-        host = await _write(deps, obj, host, decision, env, pausing=pausing, acting=decision.action is not None)
+        # Except Configure, which outlasts clusterctl's wait and is handed over by the server's run marker.
+        acting = decision.action is not None and decision.action.kind in BLOCK_MOVE_WHILE
+        host = await _write(deps, obj, host, decision, env, pausing=pausing, acting=acting)
     except Conflict:
         return 0.5  # written by someone else since our read: nothing recorded, nothing sent; decide again
     if reinspect and decision.status.state is HostState.INSPECTING:
@@ -178,6 +189,21 @@ async def reconcile(deps: Deps, namespace: str, name: str) -> float | None:
     )
     final = await record_outcome(deps, obj, host, env, decision.action, result, ctx, pausing)
     return next_pass(final, timing)
+
+
+async def _vswitch(
+    deps: Deps, obj: Obj, host: HetznerGPUHost, env: HostEnv, pausing: bool, in_flight: bool
+) -> tuple[HetznerGPUHost, HostEnv, vswitch_steps.Gates] | float:
+    """Paused (seconds until the next pass), or the host's place on its cluster's vSwitch (``host_vswitch``);
+    while pausing, a step in flight finishes but nothing new is sent to the vSwitch: gates from the record."""
+    if pausing and not in_flight:
+        return await host_move.pause(deps, obj, host)
+    if pausing:
+        return host, env, vswitch_steps.gates(host.status, None)
+    try:
+        return await host_vswitch.sync(deps, obj, host, env)
+    except AccessError as exc:
+        return await _wait_for(deps, obj, host, exc)
 
 
 async def record_outcome(

@@ -124,6 +124,8 @@ async def _not_restored(deps: Deps, obj: Obj, host: HetznerGPUHost, reason: str,
     write, so the host still counts as "arrived without status" next pass and is tried again."""
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     before = c.get(host.status.conditions, c.Type.READY)
+    if before is not None and (before.status, before.reason, before.message) == ("False", reason, msg):
+        return  # said already: tried again every 10 s, it must not rewrite the same condition each time
     conds = c.set_condition([], c.Type.READY, False, reason, msg, deps.clock())
     await deps.kube.patch(HOSTS, name, {"status": _conditions_body(conds)}, ns, sub="status")
     if before is None or before.reason != reason:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from capi_gpu import domain
 from capi_gpu.api.base import LabelSelector
 from capi_gpu.api.host import HetznerGPUHost, HostState
 
@@ -54,6 +55,9 @@ def _skip(
         return "selector mismatch"
     if host.metadata.get("deletionTimestamp"):
         return "deleting"
+    annotations: Any = host.metadata.get("annotations") or {}
+    if domain.PAUSED_ANNOTATION in annotations:
+        return "paused"  # it would not act until unpaused (e.g. during capi-gpu image bake)
     if host.spec.retired:
         return "retired"
     if host.spec.maintenance_mode:

@@ -66,7 +66,9 @@ async def answer(
         return reply
     if request.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return reply
-    hosts = await kube.list(ours("hetznergpuhosts")) if kind == "HetznerGPUHost" else []
+    # The objects a check compares against: every host (one per Robot server), every cluster (private networks).
+    others = {"HetznerGPUHost": "hetznergpuhosts", "HetznerGPUCluster": "hetznergpuclusters"}
+    hosts = await kube.list(ours(others[kind])) if kind in others else []
     if request.get("operation") == "CREATE":
         # The apiserver has stamped it already, perhaps in the same second as an older duplicate: a new
         # object is the younger of any two, whatever the tie-break would say.

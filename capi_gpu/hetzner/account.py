@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from prometheus_client import REGISTRY as PROMETHEUS_DEFAULT
 from prometheus_client import CollectorRegistry
 
-from capi_gpu.hetzner import budget, budget_metrics, cache, circuit
+from capi_gpu.hetzner import budget, budget_metrics, cache, circuit, models
+
+VSWITCH_TTL_S = 5.0  # shorter than a poll (10 s): one read per vSwitch per pass of the fleet
 
 
 class RobotAccount:
@@ -39,6 +41,17 @@ class RobotAccount:
         self.budget = budget.AccountBudget(clock=clock, share=share, limits=limits)
         self.circuit = circuit.CircuitBreaker()
         self.servers = cache.ServerCache(clock=clock, ttl_s=server_ttl_s)
+        # GET /vswitch/{id} answers for every member at once: the host loops of one pass share one read per
+        # vSwitch (a short TTL, dropped by each change we send), not one poll per host (500/h for the account).
+        self.clock = clock
+        self.vswitch_ttl_s = VSWITCH_TTL_S
+        self.vswitch_reads: dict[int, tuple[float, models.VSwitch]] = {}
+        # GET /vswitch (the account's vSwitches, without members), read only before an add is sent: the
+        # 5-vSwitches-per-server limit is counted over the others' cached reads. Dropped by a create or cancel.
+        self.vswitch_list: tuple[float, list[models.VSwitch]] | None = None
+        self.vswitch_changes: dict[int, int] = {}  # changes sent per vSwitch: a read begun before one is stale
+        self.vswitch_gathering: dict[int, float] = {}  # vSwitch id -> since when an add waits for company
+        self.vswitch_create_rest: dict[int, tuple[float, str]] = {}  # VLAN -> until when, Robot's refusal
         # Fingerprints known to exist in Robot: key ensure costs one lookup per process, not per host.
         self.known_keys: set[str] = set()
         self._metrics = metrics_sink

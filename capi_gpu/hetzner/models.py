@@ -269,13 +269,31 @@ class Cancellation(_Model):
     cancellation_reason: list[str] | str | None = None
 
 
+class VSwitchServerStatus(StrEnum):
+    """A server's membership of a vSwitch. Joining and leaving both pass through ``processing``."""
+
+    READY = "ready"
+    PROCESSING = "processing"  # the doc says "in process"; the API sends "processing" (both map here)
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+def _membership_status(value: Any) -> Any:
+    return VSwitchServerStatus.PROCESSING.value if value == "in process" else value
+
+
 class VSwitchServer(_Model):
-    """A server on a vSwitch; status is documented as "in process", the API sends "processing"."""
+    """A server on a vSwitch, as ``GET /vswitch/{id}`` lists it."""
 
     server_number: int | None = None
     server_ip: str | None = None
     server_ipv6_net: str | None = None
-    status: str
+    status: VSwitchServerStatus = VSwitchServerStatus.UNKNOWN
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _known_status(cls, value: Any) -> Any:
+        return _enum_or_unknown(VSwitchServerStatus, _membership_status(value))
 
 
 class VSwitchSubnet(_Model):
@@ -292,7 +310,8 @@ class VSwitchCloudNetwork(_Model):
 
 
 class VSwitch(_Model):
-    """``GET /vswitch[/{id}]``. Not wrapped in an object name (the one documented deviation)."""
+    """``GET /vswitch[/{id}]`` and ``POST /vswitch``. Not wrapped in an object name (the documented
+    deviation). The list carries only ``id, name, vlan, cancelled``: members need the single get."""
 
     id: int
     name: str
@@ -301,6 +320,15 @@ class VSwitch(_Model):
     server: NullableList[VSwitchServer] = Field(default_factory=list)
     subnet: NullableList[VSwitchSubnet] = Field(default_factory=list)
     cloud_network: NullableList[VSwitchCloudNetwork] = Field(default_factory=list)
+
+    def member(self, server_number: int) -> VSwitchServer | None:
+        """This server's entry, whatever its status; None when it is not on the vSwitch."""
+        return next((s for s in self.server if s.server_number == server_number), None)
+
+    @property
+    def busy(self) -> bool:
+        """A member is joining or leaving: Robot refuses every change with 409 VSWITCH_IN_PROCESS."""
+        return any(s.status is VSwitchServerStatus.PROCESSING for s in self.server)
 
 
 class OrderRequest(_Model):

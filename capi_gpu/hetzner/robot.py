@@ -1,7 +1,8 @@
 """The Robot webservice client the controllers use: narrow Protocols, one async implementation.
 
-``RobotAPI`` is what provisioning needs (servers, reset, rescue, keys, vSwitch) and ``RobotOrderAPI``
-what the ops CLI needs (products, orders, cancellations); ``RobotClient`` implements both on
+``RobotAPI`` is what provisioning needs (servers, reset, rescue, keys, vSwitch membership),
+``RobotVSwitchAPI`` what a cluster's private network needs (the vSwitch itself and its members), and
+``RobotOrderAPI`` what the ops CLI needs (products, orders, cancellations); ``RobotClient`` implements all on
 ``RobotSession`` (``transport.py``), which holds the rules every call obeys: circuit, budget, retry.
 
 Here we only know endpoints: form fields (arrays as ``name[]``), which object name wraps the answer
@@ -73,7 +74,27 @@ class RobotAPI(Protocol):
     async def enable_rescue(self, server_number: int, fingerprints: Sequence[str]) -> models.Rescue: ...
     async def disable_rescue(self, server_number: int) -> models.Rescue: ...
     async def ensure_key(self, name: str, public_key: str) -> str: ...
+    async def get_vswitch(self, vswitch_id: int) -> models.VSwitch: ...
     async def add_vswitch_servers(self, vswitch_id: int, server_numbers: Sequence[int]) -> None: ...
+    async def remove_vswitch_servers(self, vswitch_id: int, server_numbers: Sequence[int]) -> None: ...
+
+
+class RobotVSwitchAPI(Protocol):
+    """A cluster's private network: the vSwitch itself (create, rename, cancel) and its members.
+
+    Membership is asynchronous: after an add or a remove the server is ``processing`` until Robot has
+    configured the switch port, and every change to the vSwitch meanwhile is 409 ``VSWITCH_IN_PROCESS``
+    (a ``RobotRequeue``). So callers read (``get_vswitch``), decide (``vswitch_plan``), send one change,
+    and come back later; nothing here waits.
+    """
+
+    async def list_vswitches(self) -> list[models.VSwitch]: ...
+    async def create_vswitch(self, name: str, vlan: int) -> models.VSwitch: ...
+    async def get_vswitch(self, vswitch_id: int) -> models.VSwitch: ...
+    async def update_vswitch(self, vswitch_id: int, *, name: str, vlan: int) -> None: ...
+    async def cancel_vswitch(self, vswitch_id: int, *, date: str = "now") -> None: ...
+    async def add_vswitch_servers(self, vswitch_id: int, server_numbers: Sequence[int]) -> None: ...
+    async def remove_vswitch_servers(self, vswitch_id: int, server_numbers: Sequence[int]) -> None: ...
 
 
 class RobotOrderAPI(Protocol):
@@ -325,13 +346,74 @@ class RobotClient:
         return _one(body, "cancellation", models.Cancellation)
 
     # --- vSwitch (answers are not wrapped) ---------------------------------------------------
+    # Reads cost the vswitch_read family (500/h), every change vswitch_write (100/h, the smallest of the
+    # write endpoints' limits). A change that may have been applied is never resent blindly: the caller's
+    # next read shows whether it was (a resent add would meet its own server ``processing``: 409).
 
     async def list_vswitches(self) -> list[models.VSwitch]:
+        """Every vSwitch of the account, cancelled ones included, without their members."""
         return _many(await self._get("/vswitch"), None, models.VSwitch)
+
+    async def create_vswitch(self, name: str, vlan: int) -> models.VSwitch:
+        """``POST /vswitch`` (201). 409 ``VSWITCH_LIMIT_REACHED`` / ``VSWITCH_VLAN_NOT_UNIQUE`` are terminal."""
+        self._account.vswitch_list = None  # sent or not, the cached list may be stale now
+        body = await self._session.call(
+            "POST", "/vswitch", retry=Retry.UNLESS_APPLIED, data={"name": name, "vlan": str(vlan)}
+        )
+        return _one(body, None, models.VSwitch)
 
     async def get_vswitch(self, vswitch_id: int) -> models.VSwitch:
         return _one(await self._get(f"/vswitch/{vswitch_id}"), None, models.VSwitch)
 
+    async def cached_vswitch(self, vswitch_id: int) -> models.VSwitch:
+        """``GET /vswitch/{id}`` shared by every caller of the account for ``vswitch_ttl_s`` (single flight);
+        a change we send drops it, so the next read shows the change."""
+        acct = self._account
+        async with acct.lock(f"vswitch-read/{vswitch_id}"):
+            hit = acct.vswitch_reads.get(vswitch_id)
+            if hit is not None and acct.clock() - hit[0] < acct.vswitch_ttl_s:
+                return hit[1]
+            changes = acct.vswitch_changes.get(vswitch_id, 0)
+            fresh = await self.get_vswitch(vswitch_id)
+            if acct.vswitch_changes.get(vswitch_id, 0) == changes:  # a change sent meanwhile: not kept
+                acct.vswitch_reads[vswitch_id] = (acct.clock(), fresh)
+            return fresh
+
+    async def cached_vswitch_list(self) -> list[models.VSwitch]:
+        """``GET /vswitch`` shared by every caller of the account for ``vswitch_ttl_s``; a create or a cancel
+        we send drops it."""
+        acct = self._account
+        async with acct.lock("vswitch-list"):
+            hit = acct.vswitch_list
+            if hit is not None and acct.clock() - hit[0] < acct.vswitch_ttl_s:
+                return hit[1]
+            fresh = await self.list_vswitches()
+            acct.vswitch_list = (acct.clock(), fresh)
+            return fresh
+
+    def forget_vswitch(self, vswitch_id: int) -> None:
+        acct = self._account
+        acct.vswitch_reads.pop(vswitch_id, None)
+        acct.vswitch_changes[vswitch_id] = acct.vswitch_changes.get(vswitch_id, 0) + 1
+
+    async def update_vswitch(self, vswitch_id: int, *, name: str, vlan: int) -> None:
+        """``POST /vswitch/{id}``: Robot wants both fields every time. Idempotent, so retried freely."""
+        data = {"name": name, "vlan": str(vlan)}
+        await self._session.call("POST", f"/vswitch/{vswitch_id}", retry=Retry.SAFE, data=data)
+
+    async def cancel_vswitch(self, vswitch_id: int, *, date: str = "now") -> None:
+        """``DELETE /vswitch/{id}`` with ``cancellation_date`` ("yyyy-MM-dd" or "now")."""
+        data = {"cancellation_date": date}
+        self.forget_vswitch(vswitch_id)  # sent or not, the cached read may be stale now
+        self._account.vswitch_list = None
+        await self._session.call("DELETE", f"/vswitch/{vswitch_id}", retry=Retry.UNLESS_APPLIED, data=data)
+
     async def add_vswitch_servers(self, vswitch_id: int, server_numbers: Sequence[int]) -> None:
         data = {"server[]": [str(number) for number in server_numbers]}
+        self.forget_vswitch(vswitch_id)  # sent or not, the cached read may be stale now
         await self._session.call("POST", f"/vswitch/{vswitch_id}/server", retry=Retry.UNLESS_APPLIED, data=data)
+
+    async def remove_vswitch_servers(self, vswitch_id: int, server_numbers: Sequence[int]) -> None:
+        data = {"server[]": [str(number) for number in server_numbers]}
+        self.forget_vswitch(vswitch_id)  # sent or not, the cached read may be stale now
+        await self._session.call("DELETE", f"/vswitch/{vswitch_id}/server", retry=Retry.UNLESS_APPLIED, data=data)

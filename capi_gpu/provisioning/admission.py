@@ -1,11 +1,13 @@
 """What the validating webhook refuses beyond the CRDs' CEL rules: what needs the GPU catalog (MIG
-placement, engine budgets, the driver branch), other objects (one HetznerGPUHost per Robot server) or the
-operator's flags (the registries a cluster's chartRef may name).
+placement, engine budgets, the driver branch), other objects (one HetznerGPUHost per Robot server; one
+cluster creating a VLAN, disjoint address ranges on a shared vSwitch), address arithmetic (a private
+network's range inside its subnet) or the operator's flags (the registries a cluster's chartRef may name).
 
 The decisions are the controllers' own (``gpuplan.plan``, the same message and reason a LayoutValid
 condition carries, with the nearest valid layouts), so a refusal at ``kubectl apply`` and the condition
 on an object created while the webhook was down read alike. Pure: the handler passes the object and
-the hosts it listed.
+the hosts it listed. A baked node image (``spec.image``) is the schema's alone here: its manifest, which
+says what the image fits, is inside the archive, so the Install step checks it in rescue (``node_image``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from capi_gpu.api.host import HetznerGPUHost
 from capi_gpu.api.machine import HetznerGPUMachine, HetznerGPUMachineTemplate
 from capi_gpu.api.specs import GPUSpec
 from capi_gpu.gpu import catalog, gpuplan
-from capi_gpu.provisioning import chartref
+from capi_gpu.provisioning import chartref, private_network
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,18 @@ def chart_refusals(addons: Addons, field: str, charts: chartref.Policy) -> list[
     return [Refusal(f"{field}.draDriver.chartRef", Reason.CHART_REF_NOT_ALLOWED.value, why)] if why else []
 
 
+def network_refusals(
+    cluster: HetznerGPUCluster, body: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]
+) -> list[Refusal]:
+    """Another cluster would create the same VLAN, or hand out the same addresses on the same vSwitch. The
+    spec's own rules (range inside the subnet, gateway spared) are the model's, checked by validation."""
+    spec = cluster.spec.private_network
+    if spec is None:
+        return []
+    found = private_network.cluster_conflicts(spec, body, clusters)
+    return [Refusal("spec.privateNetwork", Reason.PRIVATE_NETWORK_CONFLICT.value, why) for why in found]
+
+
 def refusals(
     kind: str,
     body: Mapping[str, Any],
@@ -93,11 +107,13 @@ def refusals(
     cat: catalog.Catalog,
     charts: chartref.Policy = chartref.DEFAULT_POLICY,
 ) -> list[Refusal]:
-    """Everything wrong with ``body`` (one of our kinds) that the schema and CEL can't see."""
+    """Everything wrong with ``body`` (one of our kinds) that the schema and CEL can't see. ``hosts`` are the
+    other objects of the kind the check needs: every HetznerGPUHost for a host, every HetznerGPUCluster for a
+    cluster (its private network against theirs)."""
     try:
         if kind == "HetznerGPUCluster":
             c = HetznerGPUCluster.model_validate({**body, "status": {}})
-            return chart_refusals(c.spec.addons, "spec.addons", charts)
+            return [*chart_refusals(c.spec.addons, "spec.addons", charts), *network_refusals(c, body, hosts)]
         if kind == "HetznerGPUClusterTemplate":
             ct = HetznerGPUClusterTemplate.model_validate(body)
             return chart_refusals(ct.spec.template.spec.addons, "spec.template.spec.addons", charts)

@@ -104,6 +104,10 @@ class Observations:
     reboot_requested: bool = False  # remediation asked for a hardware reset
     reinspect: bool = False  # an operator asked for a fresh inspection (capi-gpu hosts inspect)
     mig_reboot_needed: bool = False
+    vswitch_before_join: str | None = None  # why the kubeadm join waits for the vSwitch (None: it need not)
+    private_network_configure: bool = False  # the claim's cluster has spec.privateNetwork (built or not yet)
+    vswitch_before_configure: str | None = None  # why Configure waits for the VLAN interface (None: it need not)
+    vswitch_before_release: str | None = None  # why Deprovisioning waits for the vSwitch leave (None: it need not)
 
 
 class ActionKind(StrEnum):
@@ -133,8 +137,12 @@ DESTRUCTIVE: frozenset[ActionKind] = frozenset(
         ActionKind.MIG_REBOOT,
     }
 )
-# Recorded so a restarted controller knows they were (maybe) sent.
-RECORDED: frozenset[ActionKind] = DESTRUCTIVE | {ActionKind.BOOTSTRAP, ActionKind.KUBEADM_RESET}
+# Recorded so a restarted controller knows they were (maybe) sent. Configure too: its requestedAt names the
+# Ansible run in the marker it leaves on the server, which a host moved mid-run reads (``handover``).
+RECORDED: frozenset[ActionKind] = DESTRUCTIVE | {ActionKind.BOOTSTRAP, ActionKind.KUBEADM_RESET, ActionKind.CONFIGURE}
+# Actions during which a host carries clusterctl's block-move. Not Configure: a real run outlasts clusterctl's
+# wait (about 6 minutes), and the server's run marker hands it over instead (``handover``).
+BLOCK_MOVE_WHILE: frozenset[ActionKind] = frozenset(ActionKind) - {ActionKind.CONFIGURE}
 RESETS: frozenset[ActionKind] = frozenset(
     {
         ActionKind.RESET_SW,

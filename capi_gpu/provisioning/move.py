@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from capi_gpu.api.host import ErrorType, HetznerGPUHostStatus, HostKeys, HostState
+from capi_gpu.api.network import VSwitchMembership
 from capi_gpu.provisioning.model import DESTRUCTIVE
 from capi_gpu.provisioning.transitions import DEFERRED, NOT_SENT, PIPELINE_STATES
 
@@ -119,4 +120,43 @@ def in_flight(status: HetznerGPUHostStatus) -> bool:
         and not (op.outcome or "").startswith("Failed")
         and (since is None or op.requested_at >= since)
         for op in status.operations
+    )
+
+
+def deleted_status(status: HetznerGPUHostStatus, raw_status: object, snapshot_text: str | None) -> HetznerGPUHostStatus:
+    """What a host being deleted holds: its status, or, when it arrived by a move without status and was not
+    restored yet (``raw_status`` as the object carries it), its status snapshot where that parses."""
+    if not status_lost(raw_status) or not snapshot_text:
+        return status
+    try:
+        return restore(snapshot_text)
+    except ValueError:
+        return status
+
+
+def deletion_refused(status: HetznerGPUHostStatus, consumer: str | None, moving: bool) -> str | None:
+    """Why a HetznerGPUHost must not be deleted now (None: it may), with what to do. A clusterctl move's delete
+    (``moving``) always may: the host lives on in the target cluster, record and claim with it.
+
+    A host in use (``consumer``) goes with its Machine. A host holding a private network record
+    (``status.privateNetwork``: released but still leaving the vSwitch, or joined) would take the record with
+    it: the server stays on the vSwitch with its address, and the allocator, which counts only the addresses
+    hosts record, hands that address to another host."""
+    if moving:
+        return None
+    if consumer is not None:
+        return f"in use by {consumer}; delete the Machine first"
+    record = status.private_network
+    if record is None:
+        return None
+    held = f"holds {record.address} on vSwitch {record.vswitch_id} (membership {record.membership.value})"
+    if record.membership is VSwitchMembership.LEAVING:
+        todo = "wait: the record is dropped once Robot shows the server off the vSwitch, then delete"
+    else:
+        todo = (
+            "wait for Deprovisioning to take the server off the vSwitch (the record is then dropped), or remove "
+            "the server from the vSwitch in Robot and clear status.privateNetwork, then delete"
+        )
+    return (
+        f"{held}: deleting it now would leave the server on the vSwitch and free its address for another host; {todo}"
     )

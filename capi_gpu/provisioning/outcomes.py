@@ -90,7 +90,8 @@ def _advance(ctx: transitions.Context, status: HetznerGPUHostStatus, action: Act
         case ActionKind.WIPE:
             return finish(note=Note("Wiped", result.message or "disks wiped"))
         case ActionKind.START_INSTALL:
-            return Decision(status, requeue_after=ctx.timing.poll, notes=(Note("Installing", "installimage started"),))
+            note = Note("Installing", result.message or "installimage started")  # says which image, and why
+            return Decision(status, requeue_after=ctx.timing.poll, notes=(note,))
         case ActionKind.CONFIGURE:
             if result.reboot_needed:
                 return finish(steps.Exit.REBOOT_NEEDED, Note("RebootNeeded", "MIG mode change needs a reboot"))

@@ -189,7 +189,12 @@ def step_reboot_os(ctx: Context) -> Decision:
 
 
 def step_configure(ctx: Context) -> Decision:
-    return act(ctx, ActionKind.CONFIGURE, standby=ctx.status.state is HostState.STANDBY_PREPARING)
+    standby = ctx.status.state is HostState.STANDBY_PREPARING
+    if not standby and ctx.obs.vswitch_before_configure is not None:
+        # The claim's cluster has a private network: without its VLAN interface and --node-ip the node would
+        # join with its public IP as InternalIP, so Configure waits until the interface can be built.
+        return wait(ctx, ctx.timing.poll, Note("JoiningVSwitch", ctx.obs.vswitch_before_configure))
+    return act(ctx, ActionKind.CONFIGURE, standby=standby)
 
 
 def step_mig_reboot(ctx: Context) -> Decision:
@@ -228,6 +233,8 @@ def step_bootstrap(ctx: Context) -> Decision:
     if sent is None:
         if not obs.bootstrap_ready:
             return wait(ctx, ctx.timing.poll, Note("WaitingForBootstrapData", "bootstrap data not ready"))
+        if obs.vswitch_before_join is not None:  # the node registers its private address: join the vSwitch first
+            return wait(ctx, ctx.timing.poll, Note("JoiningVSwitch", obs.vswitch_before_join))
         return act(ctx, ActionKind.BOOTSTRAP)
     if obs.cloud_init is not None and obs.cloud_init.value == "error":
         return fail(ctx, ErrorType.BOOTSTRAP_FAILED, "cloud-init reported an error running the bootstrap data")

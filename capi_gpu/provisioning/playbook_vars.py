@@ -19,9 +19,10 @@ import re
 from typing import Annotated, Any, Final, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from capi_gpu import domain
+from capi_gpu.api.specs import GPUSpec
 from capi_gpu.gpu import catalog, gpuplan, layout, migparted
 
 DEFAULT_DRIVER_FLOOR: Final = catalog.builtin_catalog().model(gpuplan.DEFAULT_MODEL).min_driver.floor
@@ -124,6 +125,21 @@ class MigLayoutVars(BaseModel):
         )
 
 
+class PrivateNetworkVars(BaseModel):
+    """The VLAN interface on the NIC carrying the main IP (docs/private-network.md, Configure), as
+    ``private_network.vlan_interface(...).playbook_vars()`` builds it: the role's ``private_network``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vlan: Annotated[int, Field(ge=4000, le=4091)]
+    mtu: Annotated[int, Field(ge=1280, le=1400)]
+    address: Annotated[str, Field(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$")]
+    """The host's address with the subnet's prefix, 10.0.1.10/24."""
+    gateway: Annotated[str, Field(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}$")]
+    routes: tuple[Annotated[str, Field(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$")], ...] = ()
+    """Networks reached through the gateway."""
+
+
 class PlaybookVars(BaseModel):
     """Everything the controller sets for one run of site.yml; ``None`` fields keep the role default."""
 
@@ -146,16 +162,30 @@ class PlaybookVars(BaseModel):
     """Docker's repository for containerd.io (container_toolkit_containerd_repo)."""
     kubernetes_repo: AptRepository | None = None
     """pkgs.k8s.io for the version's minor (kubelet_repo)."""
+    mig_parted: Annotated[str | None, Field(max_length=512, pattern=r"^/\S+$")] = None
+    """The operator-local nvidia-mig-parted the role copies to the host (mig_layout_parted_src): the default
+    route, the binary the operator ships (``shipped_mig_parted``)."""
+    mig_parted_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$")] = None
+    """Its SHA-256, checked on the host after the copy and at every boot (mig_layout_parted_sha256)."""
+    mig_parted_exec: Annotated[str | None, Field(max_length=256, pattern=r"^/[A-Za-z0-9._/-]+$")] = None
+    """Test-only: the program the role and the boot unit run as nvidia-mig-parted (mig_layout_parted_exec). The
+    simulation sets its GPU shim's, because the real binary needs NVML; the shipped binary is still copied,
+    checked and run (``--version``). Unset on a real server: the copied binary itself."""
     mig_manager_deb: Annotated[str | None, Field(max_length=512, pattern=r"^(https://|/)\S+\.deb$")] = None
-    """URL or node-local path of the nvidia-mig-manager .deb (mig_layout_manager_deb)."""
+    """The optional .deb route: URL or node-local path of an nvidia-mig-manager .deb (mig_layout_manager_deb),
+    for a user who vetted one; only with its checksum."""
     mig_manager_deb_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$")] = None
-    """The .deb's pinned SHA-256 (mig_layout_manager_deb_sha256); a URL is refused without one."""
+    """The .deb's pinned SHA-256 (mig_layout_manager_deb_sha256): NVIDIA publishes none, so the user supplies it."""
     driver_route: Literal["auto", "nvidia-dkms", "ubuntu-precompiled"] | None = None
     """Where the NVIDIA kernel module comes from (nvidia_driver_route; the role's default is auto: Ubuntu's
     precompiled module where the archive has it for the running kernel); never mixed with the other's user space."""
     node_labels: dict[str, str] | None = None
     """Labels kubelet registers with (kubelet_node_labels)."""
     gate_driver: str = domain.GATE_DRIVER
+    private_network: PrivateNetworkVars | None = None
+    """The cluster's private network (private_network); unset: no VLAN interface."""
+    kubelet_extra_args: tuple[Annotated[str, Field(pattern=r"^--[a-z-]+=\S+$")], ...] = ()
+    """Extra kubelet flags (kubelet_extra_args), such as --node-ip=<private address>; empty: the role default."""
     """The gate DRA driver whose kubelet plugin dir dra_node creates (dra_node_gate_driver)."""
 
     @model_validator(mode="after")
@@ -165,6 +195,18 @@ class PlaybookVars(BaseModel):
         floor = DEFAULT_DRIVER_FLOOR if self.driver_floor is None else self.driver_floor
         if int(self.driver_branch) < floor:
             raise ValueError(f"driver branch {self.driver_branch} is below the GPU model's floor {floor}")
+        return self
+
+    @model_validator(mode="after")
+    def _one_vetted_mig_parted(self) -> Self:
+        # The role refuses these too; refused here, the operator's flag is wrong before any host is touched.
+        if self.mig_manager_deb is not None and self.mig_manager_deb_sha256 is None:
+            raise ValueError(
+                "mig_manager_deb needs mig_manager_deb_sha256: NVIDIA publishes no checksum for the .deb, "
+                "so the route is only for a .deb whose checksum you computed from a vetted download"
+            )
+        if (self.mig_parted is None) != (self.mig_parted_sha256 is None):
+            raise ValueError("mig_parted and mig_parted_sha256 go together: the host checks the copy against it")
         return self
 
     def extra_vars(self) -> dict[str, Any]:
@@ -184,17 +226,48 @@ class PlaybookVars(BaseModel):
             "kubelet_repo": self.kubernetes_repo,
         }
         out.update({name: repo.wire() for name, repo in repos.items() if repo is not None})
-        if self.mig_manager_deb is not None:
-            out["mig_layout_manager_deb"] = self.mig_manager_deb
-        if self.mig_manager_deb_sha256 is not None:
-            out["mig_layout_manager_deb_sha256"] = self.mig_manager_deb_sha256
+        optional = {
+            "mig_layout_parted_src": self.mig_parted,
+            "mig_layout_parted_sha256": self.mig_parted_sha256,
+            "mig_layout_parted_exec": self.mig_parted_exec,
+            "mig_layout_manager_deb": self.mig_manager_deb,
+            "mig_layout_manager_deb_sha256": self.mig_manager_deb_sha256,
+        }
+        out.update({name: value for name, value in optional.items() if value is not None})
         if self.driver_floor is not None:
             out["nvidia_driver_min_branch"] = self.driver_floor
         if self.driver_route is not None:
             out["nvidia_driver_route"] = self.driver_route
         if self.node_labels is not None:
             out["kubelet_node_labels"] = dict(self.node_labels)
+        if self.private_network is not None:
+            out["private_network"] = {**self.private_network.model_dump(), "routes": list(self.private_network.routes)}
+        if self.kubelet_extra_args:
+            out["kubelet_extra_args"] = list(self.kubelet_extra_args)
         return out
+
+
+PER_NODE: Final = frozenset({"kubernetes_version", "mig", "driver_branch", "driver_floor", "private_network"})
+"""PlaybookVars each node gets from its own objects (the Machine's version, its layout and branch, the model's
+floor, its cluster's private network): never the operator's --playbook-vars."""
+
+
+def check_overrides(overrides: dict[str, Any]) -> None:
+    """The operator's --playbook-vars as every node's run would take them, checked once when the operator (or
+    ``nodes relayout``) starts, so a bad flag stops it with a message instead of failing each host's Configure.
+    ValueError names the per-node keys, or each field the model refuses."""
+    per_node = sorted(PER_NODE & overrides.keys())
+    if per_node:
+        raise ValueError(
+            f"--playbook-vars sets {', '.join(per_node)}: each node takes these from its own Machine, layout and "
+            "cluster; remove them from the file"
+        )
+    plan = gpuplan.plan(GPUSpec(), gpuplan.DEFAULT_MODEL)  # the default machine: what varies per node is not here
+    try:
+        node_vars("v1.36.0", plan, str(plan.model.min_driver.floor), overrides)
+    except ValidationError as exc:
+        why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'vars'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"--playbook-vars refused: {why}") from None
 
 
 def node_vars(
@@ -207,10 +280,21 @@ def node_vars(
     admission and LayoutValid give, and pydantic's ``ValidationError`` for bad overrides; the role is sent
     the model's floor, so a host checks the same number."""
     gpuplan.check_driver(driver_branch, plan.model)
+    if PER_NODE & (overrides or {}).keys():  # check_overrides refused these at start; never a TypeError here
+        raise ValueError(f"--playbook-vars sets per-node variables {sorted(PER_NODE & (overrides or {}).keys())}")
     return PlaybookVars(
         kubernetes_version=kubernetes_version,
         mig=MigLayoutVars.of(plan),
         driver_branch=driver_branch,
         driver_floor=plan.model.min_driver.floor,
         **(overrides or {}),
+    )
+
+
+def with_private_network(variables: PlaybookVars, interface: dict[str, Any]) -> PlaybookVars:
+    """``variables`` plus a private network's VLAN interface and node IP (``VLANInterface.playbook_vars()``),
+    validated like every field; the operator's own kubelet flags stay, the node IP is added to them."""
+    args = (*variables.kubelet_extra_args, *interface.get("kubelet_extra_args", ()))
+    return PlaybookVars.model_validate(
+        {**dict(variables), "private_network": interface["private_network"], "kubelet_extra_args": args}
     )

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from capi_gpu import domain
 from capi_gpu.gpu import nvidia_smi
-from capi_gpu.provisioning import hostfacts, sshtransport
+from capi_gpu.provisioning import hostfacts, image_bake, node_image, sshtransport
 from capi_gpu.provisioning.model import CloudInitState, InstallProgress
 from capi_gpu.provisioning.sshtransport import (
     AuthenticationFailed,
@@ -118,9 +118,15 @@ class HostShell(Protocol):
 
     def other_linux_present(self, root_wwns: Sequence[str]) -> list[str]: ...
 
-    def write_file(self, path: str, data: bytes | str, mode: int = 0o600) -> None: ...
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o600, parents: bool = False) -> None: ...
+
+    def read_file(self, path: str) -> str | None: ...
 
     def uefi(self) -> bool: ...
+
+    def stage_image(self, source: str, dest: str) -> str: ...
+
+    def image_manifest(self, dest: str) -> str | None: ...
 
     def start_installimage(self, autosetup: str, post_install: str | None = None) -> None: ...
 
@@ -231,8 +237,19 @@ class ParamikoShell:
         self._select(root_wwns)
         return hostfacts.other_linux(self.disks(), root_wwns)
 
-    def write_file(self, path: str, data: bytes | str, mode: int = 0o600) -> None:
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o600, parents: bool = False) -> None:
+        if parents:
+            self._run("write_file", f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0] or '/')}")
         self._session.put(path, data.encode() if isinstance(data, str) else data, mode)
+
+    def read_file(self, path: str) -> str | None:
+        """A small text file's content; None when it does not exist."""
+        res = self._run("read_file", f"test -f {shlex.quote(path)} && cat {shlex.quote(path)}", check=False)
+        if res.exit_status == 1:
+            return None
+        if res.exit_status != 0:
+            raise CommandFailed(self.host, "read_file", res.exit_status, res.tail())
+        return res.text
 
     def uefi(self) -> bool:
         """Whether the running system (the rescue system) was booted in UEFI mode; installimage asks the same
@@ -241,6 +258,47 @@ class ParamikoShell:
         if res.exit_status not in (0, 1):
             raise CommandFailed(self.host, "uefi", res.exit_status, res.tail())
         return res.exit_status == 0
+
+    def stage_image(self, source: str, dest: str) -> str:
+        """Bring the node image ``source`` (an https URL or a path in rescue) to ``dest`` and return the
+        sha256 of what is there (``node_image``). The source travels over SFTP, never on a command line."""
+        self._run("stage_image", f"install -d -m 0700 {shlex.quote(node_image.STAGE_DIR)}")
+        self.write_file(node_image.SOURCE_WANTED, source, 0o600)
+        script = node_image.stage_script(shlex.quote(dest))
+        out = self._run("stage_image", script, timeout=node_image.STAGE_TIMEOUT).text.split()
+        if not out or len(out[0]) != 64:
+            raise CommandFailed(self.host, "stage_image", 0, "sha256sum printed no checksum")
+        return out[0]
+
+    def image_manifest(self, dest: str) -> str | None:
+        """The manifest member of the staged archive; None when it has none."""
+        res = self._run("image_manifest", node_image.member_script(shlex.quote(dest)), check=False, timeout=600)
+        if res.exit_status == 4:
+            return None
+        if res.exit_status != 0:
+            raise CommandFailed(self.host, "image_manifest", res.exit_status, res.tail())
+        return res.text
+
+    def bake_probe(self) -> image_bake.Facts:
+        """What ``capi-gpu image bake`` checks before it captures (a fixed script, ``image_bake``)."""
+        return image_bake.parse_probe(self._run("bake_probe", image_bake.PROBE_SCRIPT, timeout=60).text)
+
+    def bake_capture(self, manifest: str) -> tuple[str, int]:
+        """Archive the running root with ``manifest`` (``image_bake.capture_script``) on the host; its sha256
+        and size. The manifest goes over SFTP, never on a command line."""
+        self._run("bake", f"install -d -m 0700 {shlex.quote(image_bake.BAKE_DIR)}")
+        self.write_file(image_bake.MANIFEST_STAGED, manifest, 0o600)
+        out = self._run("bake", image_bake.capture_script(), timeout=image_bake.CAPTURE_TIMEOUT).text.split()
+        if len(out) != 2 or len(out[0]) != 64 or not out[1].isdigit():
+            raise CommandFailed(self.host, "bake", 0, "the capture printed no checksum and size")
+        return out[0], int(out[1])
+
+    def fetch(self, remote: str, local: str) -> None:
+        """Copy ``remote`` to the local path ``local`` over SFTP."""
+        self._session.get(remote, local)
+
+    def bake_cleanup(self) -> None:
+        self._run("bake_cleanup", image_bake.CLEANUP_SCRIPT, check=False)
 
     def start_installimage(self, autosetup: str, post_install: str | None = None) -> None:
         """Write the config (and post-install script), then start installimage detached under nohup, so a
@@ -351,8 +409,11 @@ class AsyncHostShell:
     async def other_linux_present(self, root_wwns: Sequence[str]) -> list[str]:
         return await asyncio.to_thread(self.sync.other_linux_present, root_wwns)
 
-    async def write_file(self, path: str, data: bytes | str, mode: int = 0o600) -> None:
-        await asyncio.to_thread(self.sync.write_file, path, data, mode)
+    async def write_file(self, path: str, data: bytes | str, mode: int = 0o600, parents: bool = False) -> None:
+        await asyncio.to_thread(self.sync.write_file, path, data, mode, parents)
+
+    async def read_file(self, path: str) -> str | None:
+        return await asyncio.to_thread(self.sync.read_file, path)
 
     async def start_installimage(self, autosetup: str, post_install: str | None = None) -> None:
         await asyncio.to_thread(self.sync.start_installimage, autosetup, post_install)

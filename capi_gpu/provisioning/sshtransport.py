@@ -13,9 +13,11 @@ operation only.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import logging
+import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -347,6 +349,25 @@ class Session:
         except (paramiko.SSHException, EOFError) as exc:
             self.close()
             raise SessionDropped(self.endpoint.host, f"write_file: {type(exc).__name__}") from exc
+
+    def get(self, path: str, local: str) -> None:
+        """Copy a remote file to ``local`` over SFTP, streamed (node images are GBs), via ``local.part``."""
+        t = self.open()
+        part = f"{local}.part"
+        try:
+            sftp = paramiko.SFTPClient.from_transport(t)
+            if sftp is None:
+                raise SessionDropped(self.endpoint.host, "get: no SFTP channel")
+            with sftp:
+                sftp.get(path, part)
+            os.replace(part, local)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise CommandFailed(self.endpoint.host, f"get {path}", -1, type(exc).__name__) from exc
+        except (paramiko.SSHException, EOFError) as exc:
+            self.close()
+            raise SessionDropped(self.endpoint.host, f"get: {type(exc).__name__}") from exc
 
     def close(self) -> None:
         if self._transport is not None:

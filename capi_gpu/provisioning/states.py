@@ -120,6 +120,10 @@ def standby(ctx: Context) -> Decision:
     if (again := _reinspect(ctx)) is not None:
         return again
     if obs.claimed:
+        if obs.consumer_prepared == ctx.status.prepared and obs.private_network_configure:
+            # Prepared without a cluster, so without its VLAN interface: Configure writes it, then the join.
+            note = Note("StandbyClaimed", "prepared host claimed; Configure runs again for the private network")
+            return goto(ctx, HostState.PROVISIONING, steps.RECONFIGURE, reboot_attempts=0, note=note)
         if obs.consumer_prepared == ctx.status.prepared:
             return goto(ctx, HostState.PROVISIONING, steps.JOIN, note=Note("StandbyClaimed", "prepared host claimed"))
         same_image = obs.consumer_image_key is not None and obs.consumer_image_key == _image_key(ctx.status.prepared)
@@ -152,6 +156,8 @@ def provisioned(ctx: Context) -> Decision:
 def deprovisioning(ctx: Context) -> Decision:
     if op_in_step(ctx, ActionKind.KUBEADM_RESET) is None and ctx.status.step is Step.DONE:
         return act(ctx, ActionKind.KUBEADM_RESET, step=Step.DONE)
+    if ctx.obs.vswitch_before_release is not None:  # its address is free only once the server left the vSwitch
+        return wait(ctx, ctx.timing.poll, Note("LeavingVSwitch", ctx.obs.vswitch_before_release))
     spec = ctx.host.spec
     keep = spec.standby is not None and ctx.status.prepared is not None and not ctx.host.spec.maintenance_mode
     state = HostState.STANDBY if keep else (HostState.MAINTENANCE if spec.maintenance_mode else HostState.AVAILABLE)

@@ -93,6 +93,20 @@ def wait(ctx: Context, seconds: float, note: Note | None = None) -> Decision:
     return Decision(ctx.status.model_copy(deep=True), requeue_after=max(0.2, seconds), notes=(note,) if note else ())
 
 
+MAX_OPERATIONS = 32  # the CRD's bound on status.operations
+
+
+def _bounded(ops: list[Operation]) -> list[Operation]:
+    """At most ``MAX_OPERATIONS``, dropping the oldest deferred ones first (nothing was sent for them), then
+    the oldest: a host waiting out a moved Configure run defers every minute, and must not push the source's
+    recorded run (the one it adopts) out of its status."""
+    ops = list(ops)
+    while len(ops) > MAX_OPERATIONS:
+        drop = next((i for i, op in enumerate(ops[:-1]) if op.outcome == DEFERRED), 0)
+        del ops[drop]
+    return ops
+
+
 def act(ctx: Context, kind: ActionKind, standby: bool = False, note: Note | None = None, **extra: Any) -> Decision:
     status = copy_status(ctx, **extra)
     if kind in RECORDED:
@@ -101,7 +115,7 @@ def act(ctx: Context, kind: ActionKind, standby: bool = False, note: Note | None
             for op in status.operations
             if op.name == kind.value and (status.step_started_at is None or op.requested_at >= status.step_started_at)
         )
-        ops = [*status.operations, Operation(name=kind.value, attempt=attempt, requested_at=ctx.now)][-32:]
+        ops = _bounded([*status.operations, Operation(name=kind.value, attempt=attempt, requested_at=ctx.now)])
         status = status.model_copy(update={"operations": ops})
     return Decision(status, Action(kind, standby=standby), requeue_after=0.2, notes=(note,) if note else ())
 

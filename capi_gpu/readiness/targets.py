@@ -17,6 +17,7 @@ from capi_gpu.api.machine import HetznerGPUMachine
 from capi_gpu.api.specs import MigMode
 from capi_gpu.gpu import gpuplan, layout
 from capi_gpu.kube import AsyncKube, Obj, ours
+from capi_gpu.provisioning import move
 from capi_gpu.readiness import decisions
 
 MACHINES = ours("hetznergpumachines")
@@ -84,7 +85,7 @@ async def load(kube: AsyncKube, namespace: str, cluster: str) -> dict[str, GpuTa
         if not machine.spec.provider_id:
             continue
         host_obj: Obj | None = hosts.get(machine.status.host or "")
-        if host_obj is not None and not (host_obj.get("status") or {}).get("state"):
+        if host_obj is not None and move.status_lost(host_obj.get("status")):
             # Moved here without status and not restored yet (clusterctl move; host_move.restore): nothing is
             # known of its GPU, so no verdict. Judged on it, the node of a running host would be tainted.
             continue

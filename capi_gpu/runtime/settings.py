@@ -42,6 +42,9 @@ class Settings(BaseModel):
     """ansible-playbook runs at once; a host beyond it waits in Configure, keeping its provisioning slot.
     Each run is a process of ~100 MiB at peak, mostly waiting on its host; where the hosts' work shares
     the operator's CPUs (the simulator), more runs than CPUs only make every run finish later."""
+    ansible_timeout_s: Annotated[int, Field(ge=60)] = 3600
+    """The longest one ansible-playbook run may last: the runner kills it then. A host moved mid-run waits
+    at most this long for the run its old management cluster started (``provisioning.handover``)."""
     artifacts_dir: Path = Path("/var/lib/capi-gpu/artifacts")
     """Ansible artifacts, kept per host and run."""
     playbook_dir: Path | None = None

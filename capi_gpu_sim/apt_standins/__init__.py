@@ -33,10 +33,19 @@ GPU_SHIM_PACKAGE = "capi_gpu_sim.gpu_shim"
 NVIDIA, TOOLKIT, DOCKER, KUBERNETES = "nvidia", "nvidia-container-toolkit", "docker", "kubernetes"
 ARCHIVE = "archive"
 CHANNELS = (NVIDIA, TOOLKIT, DOCKER, KUBERNETES, ARCHIVE)
+# The Origin and Label each channel's Release carries, where apt pins by them: NVIDIA's CUDA repository's (its
+# cuda-<distro>.pin matches l=NVIDIA CUDA) and the distribution archive's, as apt sees Debian's on the simulated
+# hosts (debootstrapped bookworm, whose facts say Debian). The others keep the simulation's.
+RELEASE_ORIGINS = {NVIDIA: ("NVIDIA", "NVIDIA CUDA"), ARCHIVE: ("Debian", "Debian")}
 
 # The 575 version is the GPU shim's default; the packaged shim reports the version of its package.
 DRIVER_VERSIONS = {"575": "575.57.08", "580": "580.95.05"}
 MIG_MANAGER_VERSION = "0.15.0"
+# Where the simulated driver's user space puts the GPU shim's nvidia-mig-parted. The node install copies the
+# real, shipped nvidia-mig-parted to the host, checks its checksum and runs its --version there; applying a
+# layout needs NVML, which a simulated host has not, so the role runs this one instead (the test-only
+# PlaybookVars.mig_parted_exec, set by capi_gpu_sim.aptrepo.playbook_repositories).
+SIM_MIG_PARTED = "/usr/lib/capi-gpu-sim/nvidia-mig-parted"
 TOOLKIT_VERSION = "1.18.0"
 CONTAINERD_VERSION = "2.1.5"
 
@@ -271,7 +280,7 @@ def nvidia_packages(driver_branch: str) -> list[Package]:
             version,
             NVIDIA,
             "NVIDIA driver support binaries: nvidia-smi (GPU shim)",
-            {"/usr/bin/nvidia-smi": _nvidia_smi(DRIVER_VERSIONS[b])},
+            {"/usr/bin/nvidia-smi": _nvidia_smi(DRIVER_VERSIONS[b]), SIM_MIG_PARTED: _gpu_shim("nvidia_mig_parted")},
         ),
         Package(
             f"libnvidia-compute-{b}",
@@ -298,6 +307,7 @@ def nvidia_packages(driver_branch: str) -> list[Package]:
                 "/lib/systemd/system/nvidia-persistenced.service": _unit(PERSISTENCED_UNIT),
             },
         ),
+        *_pinning(b),
         Package(
             "nvidia-mig-manager",
             MIG_MANAGER_VERSION + "-1",
@@ -310,6 +320,26 @@ def nvidia_packages(driver_branch: str) -> list[Package]:
             },
         ),
     ]
+
+
+# What the stand-in of nvidia-driver-pinning-<branch> pins: the branch's versions of every NVIDIA package at
+# 1000, whatever their origin. The real package's file is not in ../shared/reference; a pin by version alone is
+# the hard case for the role, since it would lift the distribution's build of the same names too.
+PINNING_PREFERENCES = """# NVIDIA driver branch @BRANCH@ (capi-gpu simulation of nvidia-driver-pinning-@BRANCH@)
+Package: *nvidia*
+Pin: version @BRANCH@.*
+Pin-Priority: 1000
+"""
+PINNING_BRANCHES = ("580",)  # NVIDIA's noble repository has nvidia-driver-pinning-580; 575's is not known
+
+
+def _pinning(branch: str) -> list[Package]:
+    if branch not in PINNING_BRANCHES:
+        return []
+    name = f"nvidia-driver-pinning-{branch}"
+    text = PINNING_PREFERENCES.replace("@BRANCH@", branch)
+    return [Package(name, f"{branch}-1", NVIDIA, f"APT driver pinning file for driver branch {branch}",
+                    {f"/etc/apt/preferences.d/{name}": _unit(text)})]  # fmt: skip
 
 
 def other_packages(kubernetes_version: str) -> list[Package]:

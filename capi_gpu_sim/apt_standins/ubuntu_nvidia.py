@@ -12,13 +12,35 @@ both, so the playbook's choice (and its refusal to mix them) runs against real-l
   nvidia-persistenced and its unit) and conflicts with it, as the real packages do by their file overlaps:
   one route's module with the other's user space cannot be installed side by side.
 
+The archive also carries its own build of the CUDA repository's branch-suffixed names (``same_names``),
+sorting higher, as Ubuntu's does: the nvidia-dkms route must take NVIDIA's anyway (its apt pin).
+
 The in-package module directory (``kernel/nvidia-<branch>srv``) and the ``0ubuntu`` version are the
 simulation's; package names follow Ubuntu's.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from capi_gpu_sim import apt_standins as std
+
+
+def same_names(driver_branch: str) -> list[std.Package]:
+    """The archive's own build of the names NVIDIA's repository uses for the branch (Ubuntu ships
+    nvidia-graphics-drivers-580 as nvidia-driver-580-open, nvidia-dkms-580-open, ...), at a version that sorts
+    above NVIDIA's, so only an apt pin keeps the nvidia-dkms route on NVIDIA's build. Same files, another
+    version and origin: what a route installed shows in ``dpkg-query``."""
+    nvidia = [
+        p
+        for p in std.nvidia_packages(driver_branch)
+        if p.name.endswith(driver_branch) or f"-{driver_branch}-" in p.name
+    ]
+    return [
+        dataclasses.replace(p, version=f"{std.DRIVER_VERSIONS[driver_branch]}-1ubuntu0.24.04.1", channel=std.ARCHIVE)
+        for p in nvidia
+        if not p.name.startswith("nvidia-driver-pinning-")
+    ]
 
 
 def packages(driver_branch: str, kernels: tuple[str, ...]) -> list[std.Package]:
@@ -43,6 +65,7 @@ def packages(driver_branch: str, kernels: tuple[str, ...]) -> list[std.Package]:
     ]
     return [
         *modules,
+        *same_names(b),
         std.Package(common, version, std.ARCHIVE, "shared files for the NVIDIA kernel modules", std._doc(common)),
         std.Package(
             f"nvidia-driver-{b}-server-open",
@@ -63,7 +86,7 @@ def packages(driver_branch: str, kernels: tuple[str, ...]) -> list[std.Package]:
             version,
             std.ARCHIVE,
             "NVIDIA server driver support binaries: nvidia-smi (GPU shim)",
-            {"/usr/bin/nvidia-smi": std._nvidia_smi(upstream)},
+            {"/usr/bin/nvidia-smi": std._nvidia_smi(upstream), std.SIM_MIG_PARTED: std._gpu_shim("nvidia_mig_parted")},
             conflicts=(f"nvidia-utils-{b}",),
         ),
         std.Package(

@@ -22,6 +22,9 @@ State (all under ``$GPU_SHIM_ROOT``, default ``/``):
 * ``/run/gpu-shim/state.json``: GPU and compute instances. ``/run`` is a fresh tmpfs every boot, so
   they vanish; the first call of a boot (no ``/run/gpu-shim``) also applies a pending mode, as loading
   the driver does. ``/run/gpu-shim/lost`` makes the GPU lost until the next reboot.
+* ``/var/lib/gpu-shim/hold`` (a test's knob): while it exists, every call waits (at most ``HOLD_MAX_S``),
+  standing in for a step that takes minutes on a real server (a DKMS build), so a test can catch the
+  playbook mid-run and, say, move the host to another management cluster meanwhile.
 
 CLI: ``-L``; ``--query-gpu=F,... --format=csv[,noheader][,nounits]``; ``-q [-x]``; ``-i 0 -mig 0|1``;
 ``-r``/``--gpu-reset``; ``--version``; ``mig -lgip|-lgipp|-lgi|-lci``; ``mig -cgi <ids|names>[:start]
@@ -39,6 +42,7 @@ import json
 import os
 import socket
 import sys
+import time
 import uuid as uuidlib
 from pathlib import Path
 from typing import Any
@@ -654,8 +658,19 @@ def run(argv: list[str], root: Path) -> list[str]:
     raise ShimError(USAGE, 2)
 
 
+HOLD_MAX_S = 900.0
+
+
+def hold(root: Path) -> None:
+    """Wait while the test's hold file exists; bounded, so a forgotten file can't hang a run for good."""
+    gate, began = root / "var/lib/gpu-shim/hold", time.monotonic()
+    while gate.exists() and time.monotonic() - began < HOLD_MAX_S:
+        time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
     root = Path(os.environ.get("GPU_SHIM_ROOT", "/"))
+    hold(root)  # before the lock: a held call must not stall the others (the DRA plugin's)
     with contextlib.ExitStack() as stack:
         try:  # one nvidia-smi at a time: the DRA plugin, the playbook and mig-parted may overlap
             (root / "var/lib/gpu-shim").mkdir(parents=True, exist_ok=True)

@@ -142,9 +142,35 @@ def next_kernel(release: str) -> str:
     return f"{m.group(1)}.{m.group(2)}.{int(m.group(3)) + 1}{m.group(4)}" if m else f"{release}.sim1"
 
 
+# installimage's own netplan file, as an Ubuntu image gets it (the fleet sets eth0 up before boot, and the
+# stand-in only makes ``vlans:``); the private_network role's file is read after it.
+NETCFG = b"""### Hetzner Online GmbH installimage (simulated)
+network:
+  version: 2
+  renderer: networkd
+  ethernets:
+    eth0: {}
+"""
+# What netplan's generator and networkd do at a real boot: the interfaces of /etc/netplan come up again.
+NETPLAN_UNIT = b"""[Unit]
+Description=netplan stand-in: the VLAN interfaces of /etc/netplan at boot (simulated)
+After=network.target
+Before=kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/sbin/netplan apply
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def installed_files() -> dict[str, GuestFile]:
     """What every installed image brings: cloud-init (enabled at boot), lspci (pciutils), nproc, the kernel's
-    module state (the guest runs the test machine's kernel, so its release), and the archive as its source."""
+    module state (the guest runs the test machine's kernel, so its release), the archive as its source, and
+    netplan (a stand-in that makes VLAN interfaces without 802.1Q, see ``netplan``)."""
     return {
         **kernel_files(os.uname().release),
         "/etc/apt/sources.list": GuestFile(SOURCES_LIST, 0o644),
@@ -158,6 +184,12 @@ def installed_files() -> dict[str, GuestFile]:
         "/usr/bin/lspci": _link("/usr/local/lib/sim/lspci"),
         "/usr/local/lib/sim/lspci": _link("hwinfo"),
         **NPROC,
+        "/usr/sbin/netplan": GuestFile(_script("netplan")),
+        "/etc/netplan/01-netcfg.yaml": GuestFile(NETCFG, 0o600),
+        "/etc/systemd/system/netplan-sim.service": GuestFile(NETPLAN_UNIT, 0o644),
+        "/etc/systemd/system/multi-user.target.wants/netplan-sim.service": _link(
+            "/etc/systemd/system/netplan-sim.service"
+        ),
     }
 
 

@@ -13,8 +13,11 @@ Every run appends its start and its end to ``/run/sim/disk/installimage-runs.jso
 ``installimage_replaces_hostkey`` makes the install generate its own ed25519 host key after the post-install
 script, as an image that ships one would: the installed OS then presents a key nobody pinned.
 
-The installed OS is always the simulator's bookworm tree whatever IMAGE names: the image name is
-validated (suffix, architecture, existence for local paths) but not unpacked. UEFI is decided as
+The installed OS is the simulator's bookworm tree whatever IMAGE names: the image name is validated
+(suffix, architecture, existence for local paths) but a plain image is not unpacked. A capi-gpu node
+image (a local archive with the ``etc/capi-gpu/image-manifest.json`` member, docs/node-images.md) is:
+it becomes the new upper layer over the bookworm tree instead of the empty one, so the node comes up
+with what the image carried (the simulator's stand-in for installimage writing the image's root). UEFI is decided as
 installimage decides it, by ``/sys/firmware/efi`` (the simulator shows it when the ``uefi`` hardware knob
 is set): then the config needs exactly one ESP (``PART /boot/efi esp 256M`` or larger).
 
@@ -46,6 +49,7 @@ FOLD = Path("/installimage")
 SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar.zst", ".tzst")
 FILESYSTEMS = {"bios_grub", "btrfs", "ext2", "ext3", "ext4", "reiserfs", "xfs", "swap", "none", "esp"}
 MIB = 1024 * 1024
+NODE_IMAGE_MANIFEST = "etc/capi-gpu/image-manifest.json"  # capi_gpu.provisioning.image_manifest.MANIFEST_PATH
 
 
 class ConfigError(Exception):
@@ -300,6 +304,31 @@ def _reset_upper() -> None:
         target.mkdir(mode=0o755)
 
 
+SIM_GPU_STATE = "var/lib/gpu-shim"
+
+
+def is_node_image(image: str) -> bool:
+    """A local archive carrying the capi-gpu manifest (GNU tar finds the compression itself)."""
+    if not image.startswith("/"):
+        return False
+    for member in (NODE_IMAGE_MANIFEST, f"./{NODE_IMAGE_MANIFEST}"):
+        cmd = ["tar", "-xOf", image, "--occurrence=1", member]
+        if subprocess.run(cmd, capture_output=True, timeout=600, check=False).returncode == 0:
+            return True
+    return False
+
+
+def _unpack_node_image(image: str) -> None:
+    """The image's tree as the new upper layer (owners and modes as archived: the rescue system is root)."""
+    cmd = ["tar", "-xpf", image, "--numeric-owner", "-C", str(DISK / "upper")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    if proc.returncode != 0:
+        raise ConfigError(f"ERROR: extracting {image} failed: {proc.stderr[-500:]}")
+    # The simulated GPU keeps its state in the host's firmware layer, which a bake of a running root reads
+    # through the overlay; it is the source's hardware, not its OS, so the new disk never carries it.
+    shutil.rmtree(DISK / "upper" / SIM_GPU_STATE, ignore_errors=True)
+
+
 def _mount_new_system(hdd: Path) -> None:
     hdd.mkdir(parents=True, exist_ok=True)
     opts = f"lowerdir={IMAGE_ROOT},upperdir={DISK / 'upper'},workdir={DISK / 'work'}"
@@ -368,12 +397,19 @@ def install(cfg: Config, disks: list[str], post: Path | None, keep_hostkeys: boo
     _record_partitions(cfg, disks)
     _step(2, "Creating partitions and /etc/fstab")
     _reset_upper()
+    node_image = is_node_image(cfg.image)
+    if node_image:
+        _unpack_node_image(cfg.image)
     hdd = FOLD / "hdd"
     _mount_new_system(hdd)
     try:
         _step(3, "Formatting partitions")
         time.sleep(delay)
-        _step(4, f"Extracting image ({'local' if cfg.image.startswith('/') else 'http'})")
+        _step(
+            4,
+            f"Extracting image ({'local' if cfg.image.startswith('/') else 'http'})",
+            "done" if not node_image else "done (capi-gpu node image)",
+        )
         _configure(cfg, hdd, keep_hostkeys)
         _step(5, "Setting up network config")
         _step(6, "Generating new SSH keys" if not keep_hostkeys else "Copying SSH keys")
@@ -388,7 +424,13 @@ def install(cfg: Config, disks: list[str], post: Path | None, keep_hostkeys: boo
         shutil.copyfile(DEBUG, hdd / "installimage.debug")
     finally:
         _umount(hdd)
-    record = {"hostname": cfg.hostname, "image": cfg.image, "disks": disks, "at": time.time()}
+    record = {
+        "hostname": cfg.hostname,
+        "image": cfg.image,
+        "node_image": node_image,
+        "disks": disks,
+        "at": time.time(),
+    }
     (DISK / "installed.json").write_text(json.dumps(record))
     _step(9, "Installation complete")
 

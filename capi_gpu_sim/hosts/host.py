@@ -95,6 +95,8 @@ class Host(guest.GuestSide):
     never_boot_again: bool = False
     # Read-only (test-machine path, guest path) binds into every boot of the disk (the local apt repo).
     disk_binds: tuple[tuple[Path, str], ...] = ()
+    # Read-only binds into every rescue boot (the fleet's node images).
+    rescue_binds: tuple[tuple[Path, str], ...] = ()
 
     def __post_init__(self) -> None:
         self._lock = threading.Condition()
@@ -307,7 +309,7 @@ class Host(guest.GuestSide):
                 disk_dir=self.disk_dir,
                 base=self.base,
                 image_layer=image_layer,
-                ro_binds=hw_binds,
+                ro_binds=hw_binds + self.rescue_binds,
                 uefi=self.hw.uefi,
             )
             running = Running.RESCUE

@@ -12,6 +12,7 @@ these addresses, inside namespaces the fleet made, are ever targets.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -71,6 +72,16 @@ class HostNames:
     def cgroup_name(self) -> str:
         return self.key
 
+    def private_port(self, vlan: int) -> tuple[str, str]:
+        """This host's port on the private link of the vSwitch with ``vlan``: a veth pair on the test machine,
+        (the end enslaved to the link's bridge, the end its frames are redirected through)."""
+        return f"{LINK_PREFIX}{self.slot}p{self.index}v{vlan}", f"{LINK_PREFIX}{self.slot}q{self.index}v{vlan}"
+
+
+def private_bridge(slot: int, vlan: int) -> str:
+    """The bridge of fleet ``slot``'s private link for the vSwitch with ``vlan`` (capi_gpu_sim.private_link)."""
+    return f"{LINK_PREFIX}{slot}b{vlan}"
+
 
 def fleet_network(slot: int) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network(f"{NET_BASE}.{slot}.0/24")
@@ -84,11 +95,13 @@ def slot_of_netns(name: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+_OUR_LINK = re.compile(rf"^{LINK_PREFIX}([0-9]+)[a-z]")
+
+
 def slot_of_link(name: str) -> int | None:
-    if not name.startswith(LINK_PREFIX):
-        return None
-    head = name[len(LINK_PREFIX) :].split("h", 1)[0]
-    return int(head) if head.isdigit() else None
+    """The slot of any link the fleet makes: a host's veth (``h``), a private link's bridge (``b``) or ports."""
+    found = _OUR_LINK.match(name)
+    return int(found.group(1)) if found else None
 
 
 def slot_of_cgroup(name: str) -> int | None:

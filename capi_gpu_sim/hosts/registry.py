@@ -111,7 +111,7 @@ class CleanupReport:
         return not (self.netns or self.links or self.cgroups or self.killed or self.dirs)
 
 
-def _pids_in_netns(name: str) -> list[int]:
+def pids_in_netns(name: str) -> list[int]:
     inode = netns.netns_inode(name)
     if inode is None:
         return []
@@ -163,7 +163,7 @@ def cleanup_slot(slot: int, report: CleanupReport | None = None) -> CleanupRepor
     for ns in [n for n in netns.list_netns() if names.slot_of_netns(n) == slot]:
         # A dying PID namespace takes a moment (1-2 s) to let go of its processes: kill until none is left.
         deadline = time.monotonic() + KILL_WAIT_S
-        while (pids := _pids_in_netns(ns)) and time.monotonic() < deadline:
+        while (pids := pids_in_netns(ns)) and time.monotonic() < deadline:
             _kill(pids, report)
             time.sleep(0.1)
         netns.delete_by_name(ns, None)
@@ -217,7 +217,7 @@ def leftovers(slot: int | None = None, include_live: bool = False) -> dict[str, 
 
     nss = [n for n in netns.list_netns() if mine(names.slot_of_netns(n))]
     cgs = [c for c in cgroups.list_ours() if mine(names.slot_of_cgroup(c))]
-    pids = {p for n in nss for p in _pids_in_netns(n)} | {p for c in cgs for p in cgroups.pids(cgroups.path_for(c))}
+    pids = {p for n in nss for p in pids_in_netns(n)} | {p for c in cgs for p in cgroups.pids(cgroups.path_for(c))}
     with open("/proc/self/mounts") as fh:
         mounts = [ln.split()[1] for ln in fh if names.PREFIX in ln or str(names.DEFAULT_STATE_ROOT) in ln]
     return {

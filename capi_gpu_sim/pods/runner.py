@@ -425,6 +425,11 @@ class PodRunner:
                     break
         return out
 
+    def running(self) -> list[Pod]:
+        """Every pod the runner runs now (a copy: the watch thread changes the map)."""
+        with self._lock:
+            return list(self.pods.values())
+
     def pod(self, namespace: str, name: str) -> Pod | None:
         with self._lock:
             return next((p for p in self.pods.values() if (p.namespace, p.name) == (namespace, name)), None)

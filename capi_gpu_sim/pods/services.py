@@ -31,9 +31,14 @@ Endpoints = Callable[[str, Mapping[str, str], "int | str"], list[tuple[str, int]
 class _Listener:
     def __init__(self, ip: str, port: int, target: Callable[[], list[tuple[str, int]]]) -> None:
         self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((ip, port))
-        self.sock.listen(64)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((ip, port))
+            self.sock.listen(64)
+        except OSError:
+            # The proxy retries every sync (0.5 s); an unclosed socket per try piled up 598 of them.
+            self.sock.close()
+            raise
         self.target = target
         self._rr = itertools.count()
         threading.Thread(target=self._accept, name=f"svc-{ip}:{port}", daemon=True).start()
@@ -104,6 +109,10 @@ class ServiceProxy:
             for p in spec.get("ports") or []:
                 target = p.get("targetPort", p["port"])
                 wanted[(ip, int(p["port"]))] = functools.partial(self.endpoints, ns, selector, target)
+        if self._stop.is_set():
+            # stop() gives this thread 5 s; a list that outlived them must not bind after stop() closed
+            # everything: the leaked listener would hold an address a later world gets (EADDRINUSE on :443).
+            return
         for key in [k for k in self.listeners if k not in wanted]:
             self.listeners.pop(key).close()
         for key, target in wanted.items():

@@ -13,7 +13,6 @@ The workload cluster stays where it is: its nodes live on the world's apiserver,
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from capi_gpu import domain
 from capi_gpu.kube import NAMESPACES, SECRETS, Kube
 from capi_gpu_sim import binaries, controlplane_object, release
 from capi_gpu_sim.controlplane import ControlPlane, Options
+from capi_gpu_sim.loopback import OctetLease
 from capi_gpu_sim.pods.runner import Config as RunnerConfig
 from capi_gpu_sim.pods.runner import PodRunner
 from capi_gpu_sim.pods.services import ServiceProxy
@@ -52,7 +52,8 @@ class Target:
         assert self.world.config.release, "the target installs the same release as the world"
         # The release's Deployments need the deployment/replicaset controllers and the scheduler; the
         # workload cluster (pods, claims, nodes) is still the world's.
-        self.service_cidr = f"127.66.{secrets.randbelow(250) + 1}.0/24"
+        self.loopback = OctetLease("move-target")
+        self.service_cidr = f"127.66.{self.loopback.octet}.0/24"
         options = Options(install_our_crds=False, service_cidr=self.service_cidr)
         self.cp = ControlPlane(self.workdir / "controlplane", options)
 
@@ -82,6 +83,7 @@ class Target:
         variables = {
             "CAPI_GPU_SIM_ROBOT_URL": world.robot.url,
             "CAPI_GPU_SIM_TIMING_SCALE": str(world.config.timing_scale),
+            "CAPI_GPU_SIM_MIG_PARTED": str(binaries.ensure_mig_parted()),
         }
         config = world.config.state_dir / "repository" / "clusterctl.yaml"
         release.init(self.cp.kubeconfig, config, self.workdir / "clusterctl", variables)
@@ -100,6 +102,7 @@ class Target:
         if getattr(self, "kube", None) is not None:
             self.kube.close()
         self.cp.stop()
+        self.loopback.release()
 
 
 def clusterctl_move(source: Path, target: Path, namespace: str, home: Path, refused: bool = False) -> tuple[str, float]:

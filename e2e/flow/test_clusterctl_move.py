@@ -4,8 +4,10 @@ Two management clusters share one Robot simulator and one simulated fleet: the w
 control plane with CAPI core and our operator under the shipped RBAC (move_kit.Target). When the move
 starts, the source holds a cluster with 2 Provisioned GPU workers serving a bound 1g.24gb claim, a third
 worker's host caught mid-provisioning (Install or Configure), a standby host being prepared for the
-template's pool, 1 Available host, the template's MachineHealthCheck and the Secrets it references (the
-unowned ones labelled for move, as docs/clusterctl.md says). clusterctl's provider inventory on both sides
+template's pool and held mid-Configure (its Ansible run outlasts the move: the target waits for the
+source's run and adopts its outcome, and the server's run marker shows Ansible ran there once), 1 Available
+host, the template's MachineHealthCheck and the Secrets it references (the unowned ones labelled for move,
+as docs/clusterctl.md says). clusterctl's provider inventory on both sides
 is created the way `clusterctl init` would create it (cert-manager cannot run here); the move itself is the
 pinned clusterctl binary, both ways. On the target the caught host finishes provisioning and the pool's
 host its preparation; then the target scales the MachineDeployment up by one: it claims the standby host,
@@ -16,12 +18,13 @@ Counted from the simulators' own logs across both moves: Robot resets and rescue
 simulator's request log), boots and boots into rescue, installimage runs (each simulated host's records),
 SSH sessions (each host's sshd log). The workers: none of any. The hosts in motion: one install each.
 Sampled every half second throughout: each worker node's GPUReady and startup taint, the claim pod's node,
-and on both management clusters any change to one of our objects while its Cluster is paused, attributed
-to its writer by the apiserver's audit log.
+and on both management clusters any change to one of our objects, or to a Machine, MachineSet or
+MachineDeployment, while its Cluster is paused, attributed to its writer by the apiserver's audit log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +38,19 @@ from fault_kit import activations, resets
 from move_kit import Target, clusterctl_move, label_for_move
 
 from capi_gpu import domain
-from capi_gpu.kube import CAPI_CLUSTERS, CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, NODES, PODS, Kube, ours
+from capi_gpu.kube import (
+    CAPI_CLUSTERS,
+    CAPI_MACHINEDEPLOYMENTS,
+    CAPI_MACHINES,
+    CAPI_MACHINESETS,
+    CAPI_MHCS,
+    EVENTS,
+    NODES,
+    PODS,
+    Kube,
+    ours,
+)
+from capi_gpu.provisioning import handover
 from capi_gpu_sim import audit, controlplane_object
 from capi_gpu_sim.controlplane import ControlPlane
 from capi_gpu_sim.hosts.host import Running
@@ -43,7 +58,13 @@ from capi_gpu_sim.identity import SA_NAME, SA_NAMESPACE
 from capi_gpu_sim.world import World
 
 POD = "moved-claim"
-OUR_MOVED = ("hetznergpuhosts", "hetznergpumachines", "hetznergpuclusters")
+OUR_MOVED = ("hetznergpuhosts", "hetznergpumachines", "hetznergpuclusters", "hetznergpuremediations")
+# CAPI's kinds the operator writes in the normal course (the gate's Machine condition, the claim scaler's
+# MachineDeployment replicas): watched too, so none of those writes lands on a paused source.
+WATCHED = tuple((ours(p), p) for p in OUR_MOVED) + tuple(
+    (r, r.plural) for r in (CAPI_MACHINES, CAPI_MACHINESETS, CAPI_MACHINEDEPLOYMENTS)
+)
+REMEDIATION_TEMPLATES = ours("hetznergpuremediationtemplates")
 OPERATOR_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"  # both sides run it under the shipped RBAC
 
 
@@ -114,8 +135,8 @@ class PausedWrites:
         obj = self.kube.get_or_none(CAPI_CLUSTERS, self.cluster, self.ns)
         paused = obj is not None and bool(obj["spec"].get("paused"))
         self.paused_at = (self.paused_at or began) if paused else None
-        for plural in OUR_MOVED:
-            for item in self.kube.list(ours(plural), self.ns):
+        for res, plural in WATCHED:
+            for item in self.kube.list(res, self.ns):
                 uid, view = item["metadata"]["uid"], _settled(item)
                 if not paused:
                     self.frozen.pop(uid, None)
@@ -322,6 +343,65 @@ def _standby(kube: Kube, world: World, among: set[int], state: str | None = None
     return None
 
 
+def _remediation(kube: Kube, ns: str, machine: str, phase: str | None = None) -> dict[str, Any] | None:
+    """The HetznerGPURemediation MachineHealthCheck created for ``machine`` (in ``phase``, any when None)."""
+    for rem in kube.list(fk.REMEDIATIONS, ns):
+        owned = any(o.get("name") == machine for o in rem["metadata"].get("ownerReferences") or [])
+        if owned and phase in (None, (rem.get("status") or {}).get("phase")):
+            return rem
+    return None
+
+
+class _LastSeen:
+    """The last version of one remediation (by name) that carried a status, polled every 0.25 s in a thread
+    of its own (its own client) until ``stop``, at most 10 minutes."""
+
+    def __init__(self, kube: Kube, ns: str, machine: str, name: str) -> None:
+        self.kube, self.ns, self.machine, self.name = kube, ns, machine, name
+        self.last: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="moved-remediation", daemon=True)
+
+    def start(self) -> _LastSeen:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 600
+        while not self._stop.wait(0.25) and time.monotonic() < deadline:
+            try:
+                rem = _remediation(self.kube, self.ns, self.machine)
+            except Exception:  # the target's apiserver may be briefly busy: the next poll reads again
+                continue
+            if rem is not None and rem["metadata"]["name"] == self.name and rem.get("status"):
+                self.last = rem
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.kube.close()
+
+
+def _remediated_event(kube: Kube, ns: str, rem: str) -> bool:
+    return any(
+        e.get("reason") == "Remediated" and e["involvedObject"].get("name") == rem for e in kube.list(EVENTS, ns)
+    )
+
+
+def _marker(host: Any, state: str | None = None) -> handover.Marker | None:
+    """The server's Configure run marker (``handover.MARKER``), if it is in ``state`` (any when None)."""
+    raw = host.read_file(handover.MARKER)
+    found = handover.parse(raw.decode() if raw else None)
+    return found if found is not None and state in (None, found.state.value) else None
+
+
+def _deferred_configure(kube: Kube, world: World, number: int) -> bool:
+    """On ``kube``'s side, host ``number`` recorded a Configure it deferred (it found another's run going)."""
+    host = kube.get_or_none(fk.HOSTS, f"gex131-{number}", world.config.namespace) or {}
+    ops = (host.get("status") or {}).get("operations") or []
+    return any(op.get("name") == "configure" and op.get("outcome") == "Deferred" for op in ops)
+
+
 def _all_ready(kube: Kube, world: World, numbers: list[int]) -> bool:
     """Every one of ``numbers`` adopted (no other Machine) and GPU-ready."""
     return _adopted(kube, world, numbers) and all(_new_worker_ready(kube, world, n) for n in numbers)
@@ -363,20 +443,61 @@ def test_clusterctl_move_there_and_back_never_touches_a_server(
     world.k.patch(fk.TEMPLATES, fk.MD_NAME, {"spec": {"standby": {"size": 1}}}, ns)
     pool = fk.wait(world, "a standby host chosen", lambda: _standby(world.k, world, others - {mid}), 60)
     (spare,) = others - {mid, pool}
-    fk.wait(world, "the pool's host in Install or Configure", lambda: _step(world.k, world, pool) in MIDWAY, 300)
+    # Held mid-Configure (the GPU shim's hold stands in for a DKMS build that outlasts clusterctl's ~6 min
+    # block-move wait): Configure holds no block-move, the move goes on at once, and the server's run marker
+    # hands the run over: the target waits for it, then adopts its outcome instead of running it again.
+    fk.wait(world, "the pool's host in Configure", lambda: _step(world.k, world, pool)[1] == "Configure", 300)
+    hold = hosts[pool].guest_path("/var/lib/gpu-shim/hold")
+    hold.write_text("held by test_clusterctl_move\n")
+    held_run = fk.wait(world, "the pool's Ansible run marked as running", lambda: _marker(hosts[pool], "running"), 120)
     caught[pool] = _step(world.k, world, pool)
-    serving = [*workers, mid]  # GPU workers when the move starts: nothing may touch their servers
+    # A remediation in flight at the move: the worker that does not serve the pod loses its GPU until its next
+    # boot; the source's MachineHealthCheck (5 s) and remediation reset it, and the move comes while it
+    # reboots. Its status snapshot tells the target to wait for that reset, not to send another or replace the
+    # Machine. The remediation template (moved by its CRD's label) has no cooldown here, so a second loss on
+    # the target is remediated there by the target's MachineHealthCheck.
+    victim = next(g for g in gpu if g.name != bound.node)
+    # Templates are immutable: a new one without cooldown, and the MachineHealthCheck pointed at it.
+    template = world.k.get(REMEDIATION_TEMPLATES, fk.MD_NAME, ns)
+    template["spec"]["template"]["spec"]["strategy"]["cooldownSeconds"] = 0
+    meta = {"name": f"{fk.MD_NAME}-no-cooldown", "namespace": ns}
+    world.k.create(REMEDIATION_TEMPLATES, {**template, "metadata": meta}, ns)
+    mhc_spec = world.k.get(CAPI_MHCS, fk.MD_NAME, ns)["spec"]
+    ref = {**mhc_spec["remediation"]["templateRef"], "name": meta["name"]}
+    short = [{"type": domain.GPU_READY_CONDITION, "status": "False", "timeoutSeconds": 5}]
+    fast = {"checks": {"unhealthyMachineConditions": short}, "remediation": {"templateRef": ref}}
+    world.k.patch(CAPI_MHCS, fk.MD_NAME, {"spec": fast}, ns)
+    victim_machine = str(victim.machine["metadata"]["name"])
+    hosts[victim.server_number].gpu_fall_off_bus(until_reboot=True)
+    in_flight = fk.wait(world, "the source's reset sent", lambda: _remediation(world.k, ns, victim_machine, "Waiting"), 120)  # fmt: skip
+    serving = [n for n in workers if n != victim.server_number] + [mid]  # nothing may touch these servers
     at_move = {n: (hosts[n].boot_count(), hosts[n].boot_id, _ssh_sessions(hosts[n])) for n in serving}
     robot_at_move = len(world.robot.log)
     log_from = len(world.operator_logs())
     ready_at = time.monotonic()
 
-    with Watch(world, [g.name for g in gpu], Kube.from_kubeconfig(str(target.cp.kubeconfig)), target.cp) as watch:
+    with Watch(world, [bound.node], Kube.from_kubeconfig(str(target.cp.kubeconfig)), target.cp) as watch:
         out, took_there = clusterctl_move(world.cp.kubeconfig, target.cp.kubeconfig, ns, tmp_path / "cc")
+        # The moved remediation's status as the target has it, sampled from now on: on a slow machine it can be
+        # restored, finished and deleted by the MachineHealthCheck while the waits below still run.
+        rem_name = str(in_flight["metadata"]["name"])
+        moved_rem = _LastSeen(Kube.from_kubeconfig(str(target.cp.kubeconfig)), ns, victim_machine, rem_name).start()
         assert world.k.get_or_none(CAPI_CLUSTERS, world.config.cluster, ns) is None, out
+        assert "Move blocked" not in out and _marker(hosts[pool], "running") == held_run, (out, _marker(hosts[pool]))
         _after_move(target.kube, world, target.cp)
+        fk.wait(world, "the target waiting on the held run", lambda: _deferred_configure(target.kube, world, pool), 120)  # fmt: skip
+        held_for = time.monotonic() - ready_at
+        hold.unlink()
         fk.wait(world, "the target adopted the workers", lambda: _all_ready(target.kube, world, [*workers, mid]), 240)
         fk.wait(world, "the pool's host Standby on the target", lambda: _standby(target.kube, world, {pool}, "Standby"), 300)  # fmt: skip
+        fk.wait(world, "the target finishing the moved remediation", lambda: _remediated_event(target.kube, ns, rem_name), 120)  # fmt: skip
+        moved_rem.stop()
+        # A loss on the target: its MachineHealthCheck remediates through the moved template.
+        fk.wait(world, "the finished remediation removed", lambda: _remediation(target.kube, ns, victim_machine) is None, 120)  # fmt: skip
+        hosts[victim.server_number].gpu_fall_off_bus(until_reboot=True)
+        second = fk.wait(world, "the target's own remediation", lambda: _remediation(target.kube, ns, victim_machine), 120)  # fmt: skip
+        fk.wait(world, "the target's remediation done", lambda: _remediated_event(target.kube, ns, second["metadata"]["name"]), 180)  # fmt: skip
+        fk.wait(world, "the victim GPU-ready again", lambda: _all_ready(target.kube, world, [*workers, mid]), 180)
         there = time.monotonic()
         sessions_there = {n: _ssh_sessions(hosts[n]) - at_move[n][2] for n in serving}
         # Scale up by one on the target: its operator claims the standby host (one bootstrap), the gate there
@@ -449,6 +570,22 @@ def test_clusterctl_move_there_and_back_never_touches_a_server(
             n,
             f,
         )
+    # The held run: the source's, finished and adopted on the target; the target never ran Ansible there (any
+    # run of its own would have marked the server first, with its own run id and uid).
+    assert held_run is not None
+    assert _marker(hosts[pool], "done") == dataclasses.replace(held_run, state=handover.RunState.DONE, message="Succeeded"), _marker(hosts[pool])  # fmt: skip
+    print(f"held Configure across the move: {held_for:.1f}s after the move began, clusterctl took {took_there:.1f}s")
+    # The remediated worker: one reset from the source before the move, one from the target after it; the
+    # moved remediation finished on the target from its snapshot (Waiting, 1 reset) and the Machine is the
+    # same one (a replacement would be a new Machine, a new host, a new install).
+    n = victim.server_number
+    assert len(resets(world, n, robot_from)) == 2, resets(world, n, robot_from)
+    assert (moved_rem.last.get("status") or {}).get("retryCount") == 1, moved_rem.last
+    assert len(hosts[n].installimage_runs()) == before[n][3], "remediated in place, never reinstalled"
+    final = {m["metadata"]["name"] for m in world.k.list(CAPI_MACHINES, ns)}
+    assert victim_machine in final, final
+    checks, remediation = mhc_spec["checks"]["unhealthyMachineConditions"], mhc_spec["remediation"]
+    world.k.patch(CAPI_MHCS, fk.MD_NAME, {"spec": {"checks": {"unhealthyMachineConditions": checks}, "remediation": remediation}}, ns)  # fmt: skip
     assert not watch.bad, watch.bad[:20]
     writes = watch.paused_writes()
     for kind, found in writes.items():

@@ -160,6 +160,7 @@ def fleet(world_factory: Callable[..., World], tmp_path_factory: pytest.TempPath
         "HOST": node,
         "WORK": str(tmp_path_factory.mktemp("runbook-work")),
         "PLAYBOOK_VARS": str(world.playbook_vars_file()),
+        "CAPI_GPU_MIG_PARTED": str(binaries.ensure_mig_parted()),  # the binary the world's operator ships
         "ROBOT_URL": world.robot.url,
         "REPO": str(REPO),
     }

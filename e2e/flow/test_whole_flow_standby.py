@@ -2,15 +2,23 @@
 bound; four 1g.24gb devices taken by four claims, the prioritized-list claim falling back to 1g.24gb and a
 2g.48gb claim left unschedulable; then a standby pool of one (the template's spec.standby.size) prepares the
 host up to, not including, the join, and scaling 0->1 again costs one bootstrap: no rescue, reset or
-installimage. Cold and standby time-to-claim-bound are printed (the README quotes them).
+installimage. Before that claim, `capi-gpu image bake` captures the standby (the CLI against the world's
+apiserver) and leaves it unpaused and on standby. Cold and standby time-to-claim-bound are printed (the README
+quotes them).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import re
+import subprocess
+import sys
+import tarfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from flow_kit import (
@@ -44,6 +52,7 @@ from flow_kit import (
 
 from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost, HostState
+from capi_gpu.provisioning import image_manifest
 from capi_gpu_sim import devflow
 from capi_gpu_sim.kubelet import JOIN_RECORD
 from capi_gpu_sim.world import World
@@ -91,7 +100,29 @@ def test_cold_scale_up_and_claims_on_an_all_1g_layout(world: World) -> None:
     assert robot_refusals(world) == []
 
 
-def test_a_standby_host_costs_one_bootstrap(world: World) -> None:
+def bake_the_standby(world: World, host_name: str, tmp_path: Path) -> None:
+    """``capi-gpu image bake`` as a user runs it, against the world's apiserver and the prepared standby:
+    the archive and its manifest come back, and the host is unpaused and still a standby (the claim after
+    this takes it)."""
+    out = tmp_path / "standby.tar.gz"
+    cmd = [sys.executable, "-m", "capi_gpu.cli", "image", "bake", host_name, "--to", str(out), "-n", ns(world)]
+    done = subprocess.run(
+        [*cmd, "--kubeconfig", str(world.cp.kubeconfig)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "paused for the bake" in done.stderr
+    sha = re.search(r"sha256: ([0-9a-f]{64})", done.stdout)
+    assert sha is not None and hashlib.sha256(out.read_bytes()).hexdigest() == sha.group(1), done.stdout
+    with tarfile.open(out) as tar:
+        manifest = image_manifest.parse(tar.extractfile(f"./{image_manifest.MANIFEST_PATH}").read().decode())  # type: ignore[union-attr]
+    assert manifest.source.name == host_name and manifest.gpu_model == "rtx-pro-6000"
+    raw = world.k.get(HOSTS, host_name, ns(world))
+    assert domain.PAUSED_ANNOTATION not in (raw["metadata"].get("annotations") or {}), "the bake left it paused"
+    assert host_state(raw) == "Standby"
+    print(f"\ncapi-gpu image bake of the standby: {out.stat().st_size / 2**20:.0f} MiB, {done.stdout.splitlines()[0]}")
+
+
+def test_a_standby_host_costs_one_bootstrap(world: World, tmp_path: Path) -> None:
     if "cold" not in TIMES:
         cold_claim(world)
     scaled_to_zero(world)
@@ -120,6 +151,7 @@ def test_a_standby_host_costs_one_bootstrap(world: World) -> None:
             return (tpl.get("status") or {}).get("standbyHosts") == 1 and ready.get("status") == "True"
 
         wait(world, "the template's StandbyPoolReady", pool_ready, 60)
+        bake_the_standby(world, host_name, tmp_path)
 
         assert world.robot is not None
         mark, claimed_at = len(world.robot.log), dt.datetime.now(dt.UTC)

@@ -104,6 +104,24 @@ BAD_CREATE = [
         ["spec.installImage.partitions: Invalid value", "only the last partition may have size all"],
     ),
     (
+        "add-on-with-endpoint",
+        "HetznerGPUCluster",
+        lambda o: o["spec"].update(clusterRef={"name": "caph"}, controlPlaneEndpoint={"host": "10.0.0.2"}),
+        ["spec.controlPlaneEndpoint: Forbidden: controlPlaneEndpoint is the Cluster's own", "leave it unset"],
+    ),
+    (
+        "add-on-with-load-balancer",
+        "HetznerGPUCluster",
+        lambda o: o["spec"].update(clusterRef={"name": "caph"}, controlPlaneLoadBalancer={"enabled": True}),
+        ["spec.controlPlaneLoadBalancer: Forbidden", "leave it disabled"],
+    ),
+    (
+        "add-on-with-failure-domains",
+        "HetznerGPUCluster",
+        lambda o: o["spec"].update(clusterRef={"name": "caph"}, failureDomains=["fsn1-dc14"]),
+        ["spec.failureDomains: Forbidden", "set them there"],
+    ),
+    (
         "wwn-and-raid-wwns",
         "HetznerGPUHost",
         lambda o: o["spec"].update(rootDeviceHints={"wwn": "0x1", "raidWWNs": ["0x2", "0x3"]}),
@@ -184,3 +202,15 @@ def test_other_templates_are_immutable(kube: Kube, namespace: str, kind: str, ed
         kube.patch(res, name, edit, namespace)
     assert "spec.template: Invalid value" in err.value.message
     assert fix in err.value.message
+
+
+def test_cluster_ref_is_set_at_creation_only(kube: Kube, namespace: str) -> None:
+    res = ours("hetznergpuclusters")
+    plain = kube.create(res, samples()["HetznerGPUCluster"], namespace)["metadata"]["name"]
+    attached = with_("HetznerGPUCluster", lambda o: o["spec"].update(clusterRef={"name": "caph"}, failureDomains=[]))
+    attached["metadata"]["name"] = "attached"
+    kube.create(res, attached, namespace)
+    for name, edit in ((plain, {"clusterRef": {"name": "caph"}}), ("attached", {"clusterRef": {"name": "other"}})):
+        with pytest.raises(Invalid) as err:
+            kube.patch(res, name, {"spec": edit}, namespace)
+        assert "spec.clusterRef: Invalid value" in err.value.message and "create another" in err.value.message

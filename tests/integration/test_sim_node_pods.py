@@ -296,3 +296,62 @@ def test_the_gate_plugin_daemonset_runs_a_pod_on_gpu_nodes_only(kube: Kube, node
         pods.stop()
         kube.delete(NODES, cpu)
         kube.delete(node_pods.DAEMONSETS, node_pods.GATE_PLUGIN_DAEMONSET, node_pods.GATE_PLUGIN_NAMESPACE)
+
+
+@pytest.mark.parametrize(("max_unavailable", "at_once"), [(1, 1), ("100%", 3)])
+def test_a_changed_template_rolls_max_unavailable_nodes_at_a_time(
+    kube: Kube, chart_daemonset: dict[str, Any], max_unavailable: Any, at_once: int
+) -> None:
+    """As the DaemonSet controller: a pod-template change (here ``kubectl rollout restart``'s annotation)
+    replaces every plugin pod, never more nodes without a Ready one than ``maxUnavailable`` allows, and
+    the DaemonSet's status reports the roll done; each node's plugin restarted once."""
+    names = [f"sim-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    for name in names:
+        kube.create(NODES, gpu_node(name))
+    chart_daemonset["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = max_unavailable
+    ds = kube.apply(node_pods.DAEMONSETS, chart_daemonset, node_pods.PLUGIN_NAMESPACE)
+    kubelets = [PluginKubelet(kube, name) for name in names]
+    pods = node_pods.NodePods(kube, lambda: kubelets, poll_s=0.1, plugin_start_s=0.5).start()
+    original = pods._tick
+
+    def tick() -> None:
+        original()
+        for k in kubelets:
+            k.tick()
+
+    pods._tick = tick  # type: ignore[method-assign]
+
+    def rolled(generation: int) -> bool:
+        st = kube.get(node_pods.DAEMONSETS, node_pods.PLUGIN_DAEMONSET, node_pods.PLUGIN_NAMESPACE).get("status") or {}
+        return (
+            st.get("observedGeneration") == generation
+            and st.get("updatedNumberScheduled") == st.get("numberAvailable") == st.get("desiredNumberScheduled") == 3
+        )
+
+    try:
+        _until("the first roll-out", lambda: rolled(ds["metadata"]["generation"]))
+        before = {n: _plugin_pods(kube, n)[0]["metadata"]["name"] for n in names}
+        restart = {"kubectl.kubernetes.io/restartedAt": "2026-12-07T07:00:00Z"}
+        patched = kube.patch(
+            node_pods.DAEMONSETS,
+            node_pods.PLUGIN_DAEMONSET,
+            {"spec": {"template": {"metadata": {"annotations": restart}}}},
+            node_pods.PLUGIN_NAMESPACE,
+        )
+        most, deadline = 0, time.monotonic() + 30
+        while not rolled(patched["metadata"]["generation"]):
+            assert time.monotonic() < deadline, "the roll did not finish"
+            most = max(most, sum(1 for n in names if not _plugin_pods(kube, n)))
+            time.sleep(0.05)
+        assert most == at_once, f"nodes without a Ready plugin at once: {most}"
+        after = {n: _plugin_pods(kube, n)[0] for n in names}
+        assert all(after[n]["metadata"]["name"] != before[n] for n in names)
+        assert all(p["metadata"]["annotations"] == restart for p in after.values())
+        assert sorted(pods.rolled) == sorted(names) and all(pods.restarts[n] == 1 for n in names)
+    finally:
+        pods.stop()
+        for k in kubelets:
+            if k.publisher is not None:
+                k.publisher.stop()
+        for name in names:
+            kube.delete(NODES, name)

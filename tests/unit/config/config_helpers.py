@@ -24,6 +24,7 @@ CLUSTERCTL_DIR = CONFIG / "clusterctl"
 TEMPLATES = {
     "default": CLUSTERCTL_DIR / "cluster-template.yaml",
     "dev": CLUSTERCTL_DIR / "cluster-template-dev.yaml",
+    "gpu-workers": CLUSTERCTL_DIR / "cluster-template-gpu-workers.yaml",
 }
 DOCS = REPO / "docs" / "clusterctl.md"
 

@@ -6,6 +6,8 @@ autoscaler annotations, MHC on GPUReady with our remediation), and our kinds val
 from __future__ import annotations
 
 import re
+import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,14 @@ from capi_gpu.api.cluster import HetznerGPUClusterSpec
 from capi_gpu.api.machine import HetznerGPUMachineTemplateSpec
 from capi_gpu.api.remediation import HetznerGPURemediationTemplateSpec
 from capi_gpu.gpu import catalog, migparted
+from capi_gpu_sim import binaries, caph
 
 FLAVORS = list(h.TEMPLATES)
-DOC_HEADINGS = {"default": "### cluster-template.yaml variables", "dev": "### cluster-template-dev.yaml variables"}
+DOC_HEADINGS = {
+    "default": "### cluster-template.yaml variables",
+    "dev": "### cluster-template-dev.yaml variables",
+    "gpu-workers": "### cluster-template-gpu-workers.yaml variables",
+}
 REQUIRED = "-"
 PROVIDER_ID = f"{domain.PROVIDER_ID_PREFIX}{{{{ ds.meta_data.server_number }}}}"
 
@@ -128,12 +135,12 @@ def test_every_object_is_in_the_target_namespace_and_refs_resolve(flavor: str, t
     assert {d["metadata"]["namespace"] for d in docs} == {"team-a"}
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     refs = []
-    cluster = one(docs, "Cluster")
-    refs.append(cluster["spec"]["infrastructureRef"])
-    if "controlPlaneRef" in cluster["spec"]:
-        refs.append(cluster["spec"]["controlPlaneRef"])
-        for kcp in by_kind(docs, "KubeadmControlPlane"):
-            refs.append(kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"])
+    for cluster in by_kind(docs, "Cluster"):  # none in gpu-workers: the Cluster exists already
+        refs.append(cluster["spec"]["infrastructureRef"])
+        if "controlPlaneRef" in cluster["spec"]:
+            refs.append(cluster["spec"]["controlPlaneRef"])
+    for kcp in by_kind(docs, "KubeadmControlPlane"):
+        refs.append(kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"])
     for md in by_kind(docs, "MachineDeployment"):
         spec = md["spec"]["template"]["spec"]
         refs.append(spec["infrastructureRef"])
@@ -246,3 +253,67 @@ def test_dev_flavor_uses_the_harness_control_plane(tmp_path: Path) -> None:
     hgc = one(docs, "HetznerGPUCluster")["spec"]
     assert "controlPlaneLoadBalancer" not in hgc
     assert "controlPlaneEndpoint" not in hgc
+
+
+CAPH = caph.archive_present
+
+
+def caph_hcloud_control_planes(tmp_path: Path) -> list[dict[str, Any]]:
+    """CAPH v1.1.8's own hetzner-hcloud-control-planes flavor, built with the pinned kustomize and rendered
+    with clusterctl, as `clusterctl generate cluster --flavor hetzner-hcloud-control-planes` would."""
+    with tarfile.open(CAPH()) as tar:
+        tar.extractall(tmp_path, filter="data")
+    flavor = (
+        tmp_path
+        / "cluster-api-provider-hetzner-v1.1.8/templates/cluster-templates/v1beta1/hetzner-hcloud-control-planes"
+    )
+    built = subprocess.run(
+        [str(binaries.ensure_built().kustomize), "build", "--load-restrictor", "LoadRestrictionsNone", str(flavor)],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    template = tmp_path / "caph-template.yaml"
+    template.write_text(built)
+    env = {
+        "HCLOUD_REGION": "fsn1", "SSH_KEY_NAME": "cluster", "HCLOUD_CONTROL_PLANE_MACHINE_TYPE": "cpx31",
+        "HCLOUD_WORKER_MACHINE_TYPE": "cpx31", "HCLOUD_IMAGE_NAME": "ubuntu-24.04", "WORKER_MACHINE_COUNT": "0",
+        "CONTROL_PLANE_MACHINE_COUNT": "3", "HETZNER_SSH_PUB_PATH": "x", "HETZNER_SSH_PRIV_PATH": "x",
+        "HETZNER_ROBOT_USER": "x", "HETZNER_ROBOT_PASSWORD": "x", "HCLOUD_TOKEN": "x",
+    }  # fmt: skip
+    listed = h.clusterctl(
+        ["generate", "cluster", "gpus", "-n", "x", "--from", str(template), "--list-variables"], tmp_path
+    )
+    env.update({v: "x" for v in re.findall(r"^\s+- ([A-Z][A-Z0-9_]+)", listed, re.M) if v not in env})
+    out = h.clusterctl(
+        ["generate", "cluster", "gpus", "-n", "team-a", "--kubernetes-version", "v1.36.3", "--from", str(template)],
+        tmp_path,
+        env,
+    )
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_gpu_workers_join_caphs_own_hcloud_control_planes_cluster(tmp_path: Path) -> None:
+    """Issue 32: our flavor beside CAPH's real cluster objects: it names their Cluster, adds nothing CAPH's set
+    already has (no second Cluster or endpoint, no clashing name), and uses CAPH's Secrets as CAPH names them."""
+    caph = caph_hcloud_control_planes(tmp_path / "caph")
+    ours_ = rendered("gpu-workers", tmp_path)
+    cluster = one(caph, "Cluster")
+    assert cluster["spec"]["infrastructureRef"]["kind"] == "HetznerCluster"
+    assert not by_kind(ours_, "Cluster") and not by_kind(ours_, "KubeadmControlPlane")
+    hgc = one(ours_, "HetznerGPUCluster")
+    assert hgc["spec"]["clusterRef"] == {"name": cluster["metadata"]["name"]}
+    assert not {"controlPlaneEndpoint", "controlPlaneLoadBalancer", "failureDomains"} & set(hgc["spec"])
+    for md in by_kind(ours_, "MachineDeployment"):
+        assert md["spec"]["clusterName"] == md["spec"]["template"]["spec"]["clusterName"] == cluster["metadata"]["name"]
+    assert not {(d["kind"], d["metadata"]["name"]) for d in caph} & {(d["kind"], d["metadata"]["name"]) for d in ours_}
+    hetzner = one(caph, "HetznerCluster")["spec"]
+    assert hgc["spec"]["robotCredentials"]["name"] == hetzner["hetznerSecretRef"]["name"]
+    keys = hetzner["hetznerSecretRef"]["key"]
+    assert (keys["hetznerRobotUser"], keys["hetznerRobotPassword"]) == ("robot-user", "robot-password")
+    rescue = hetzner["sshKeys"]["robotRescueSecretRef"]
+    assert hgc["spec"]["sshKeys"]["rescue"]["name"] == rescue["name"]
+    assert (rescue["key"]["privateKey"], rescue["key"]["publicKey"]) == ("ssh-privatekey", "ssh-publickey")
+    # Its own GPU-less bare-metal group and ours select different hosts: ours are HetznerGPUHosts only.
+    assert {d["kind"] for d in caph if "BareMetal" in d["kind"]} <= {
+        "HetznerBareMetalMachineTemplate",
+        "HetznerBareMetalRemediationTemplate",
+    }

@@ -1,5 +1,6 @@
 """The Dockerfile, read structurally (no docker engine here, and no hadolint): builder, helm and runtime stages
-on the pinned Python, wheels built then installed, openssh-client in the runtime, helm at the version
+on the pinned Python, a mig-parted stage that builds the pinned commit as hack/build-upstream.sh does and checks
+the recorded sha256, its binary where ``capi-gpu run --mig-parted`` looks, wheels built then installed, openssh-client in the runtime, helm at the version
 hack/versions.env pins and checked against a written-down sha256 per architecture before it is unpacked, on
 the runtime's PATH, playbooks/ copied to where ``default_playbook_dir()`` resolves for the installed package,
 a non-root USER, `capi-gpu run` as the entrypoint, and COPY sources that exist and that .dockerignore lets
@@ -16,7 +17,7 @@ from pathlib import Path, PurePosixPath
 import config_helpers as h
 import pytest
 
-from capi_gpu.provisioning import ansible
+from capi_gpu.provisioning import ansible, shipped_mig_parted
 
 DOCKERFILE = h.REPO / "Dockerfile"
 PYTHON_IMAGE = "python:3.11-slim-bookworm"  # the tag; the digest is test_image_reproducible's
@@ -64,9 +65,11 @@ def stage(stages: list[Stage], name: str) -> Stage:
     return next(s for s in stages if s.name == name)
 
 
-def test_three_stages_on_the_pinned_python(stages: list[Stage]) -> None:
-    assert [s.name for s in stages] == ["builder", "helm", "runtime"]
-    assert {s.base.partition("@")[0] for s in stages} == {PYTHON_IMAGE}
+def test_four_stages_on_the_pinned_python_and_go(stages: list[Stage]) -> None:
+    assert [s.name for s in stages] == ["builder", "helm", "mig-parted", "runtime"]
+    assert {s.base.partition("@")[0] for s in stages if s.name != "mig-parted"} == {PYTHON_IMAGE}
+    # The Go release the tests' nvidia-mig-parted was built with (hack/versions.env records that build's sha256).
+    assert stage(stages, "mig-parted").base == "golang:1.26.8-bookworm"
 
 
 def test_builder_makes_wheels_and_runtime_installs_only_those(stages: list[Stage]) -> None:
@@ -183,3 +186,28 @@ def test_copy_sources_exist_and_pass_dockerignore(stages: list[Stage]) -> None:
     assert _ignored("tests/unit/x.py", patterns)
     assert _ignored("capi_gpu/__pycache__/kube.cpython-311.pyc", patterns)
     assert not _ignored("capi_gpu/kube.py", patterns)
+
+
+def test_mig_parted_is_built_from_the_pinned_commit_and_checked_against_the_recorded_sha256(
+    stages: list[Stage],
+) -> None:
+    build = stage(stages, "mig-parted")
+    args = dict(a.split("=", 1) for a in build.args("ARG") if "=" in a)
+    pinned = _versions_env()
+    assert args["MIG_PARTED_VERSION"] == pinned["MIG_PARTED_VERSION"]
+    assert args["MIG_PARTED_COMMIT"] == pinned["MIG_PARTED_COMMIT"]
+    assert args["MIG_PARTED_SHA256"] == pinned["MIG_PARTED_SHA256"], "the image ships the bytes the tests ran"
+    (run,) = build.args("RUN")
+    assert 'test "$(git rev-parse HEAD)" = "${MIG_PARTED_COMMIT}"' in run
+    # The same flags as hack/build-upstream.sh mp, so the same bytes; checked before the runtime copies it.
+    script = (h.REPO / "hack" / "build-upstream.sh").read_text()
+    for flag in ("CGO_ENABLED=1", "GOFLAGS=-mod=vendor", "-trimpath", '-ldflags "-s -w -X', "./cmd/nvidia-mig-parted"):
+        assert flag in run and flag in script, flag
+    assert run.index("go build") < run.index("sha256sum -c") < run.index("--version")
+
+
+def test_the_runtime_carries_mig_parted_where_the_operator_looks(stages: list[Stage]) -> None:
+    runtime = stage(stages, "runtime")
+    (copy,) = [c.split() for c in runtime.args("COPY") if c.startswith("--from=mig-parted")]
+    assert copy == ["--from=mig-parted", "/out/", str(shipped_mig_parted.DEFAULT_PATH.parent) + "/"]
+    assert shipped_mig_parted.DEFAULT_PATH.name == "nvidia-mig-parted"

@@ -17,7 +17,13 @@ import yaml
 from capi_gpu import domain
 
 IMG = "registry.example:5000/capi-gpu/capi-gpu:v0.1.0"
-ASSETS = {"infrastructure-components.yaml", "metadata.yaml", "cluster-template.yaml", "cluster-template-dev.yaml"}
+ASSETS = {
+    "infrastructure-components.yaml",
+    "metadata.yaml",
+    "cluster-template.yaml",
+    "cluster-template-dev.yaml",
+    "cluster-template-gpu-workers.yaml",
+}
 
 
 def _status() -> str:

@@ -121,3 +121,12 @@ async def test_a_claim_records_the_consumers_cluster_on_the_host_and_the_release
     host = kube.objs[("hetznergpuhosts", NS, "gex-2")]
     assert host["spec"].get("consumerRef") is None
     assert domain.CONSUMER_CLUSTER_LABEL not in (host["metadata"].get("labels") or {})
+
+
+def test_a_paused_host_is_never_claimed_a_machine_would_wait_on_it() -> None:
+    paused = _host(1, "FSN1-DC14")
+    paused.metadata["annotations"] = {domain.PAUSED_ANNOTATION: ""}  # e.g. during capi-gpu image bake
+    pick = host_pick.choose([paused, _host(2, "FSN1-DC14")], LabelSelector(), None, "k")
+    assert pick.host is not None and pick.host.spec.server_number == 2
+    alone = host_pick.choose([paused], LabelSelector(), None, "k")
+    assert alone.host is None and alone.describe() == "1 paused"

@@ -427,3 +427,13 @@ async def test_a_snapshot_robot_cannot_check_yet_is_not_restored_and_nothing_is_
     assert "state" not in _stored(kube)["status"]  # still "arrived without status": tried again next pass
     assert _ready(kube)["Ready"] == f"False/{move.Reason.STATUS_SNAPSHOT_UNCHECKED}"
     assert NoSSH.opened == 0
+
+
+async def test_a_snapshot_still_unchecked_is_not_rewritten_every_try() -> None:
+    kube = FakeKube(("hetznergpuhosts", _host(None, _status(HostState.PROVISIONED))), *SECRETS, OS_SECRET)
+    deps = _deps(kube, FixedRobots(Settings(), answers=False))
+    await host_loop.reconcile(deps, NS, HOST)
+    written = len(kube.writes)
+    await host_loop.reconcile(deps, NS, HOST)  # the same cause, 10 s later: nothing new to say
+    assert len(kube.writes) == written, kube.writes[written:]
+    assert _ready(kube)["Ready"] == f"False/{move.Reason.STATUS_SNAPSHOT_UNCHECKED}"

@@ -175,3 +175,123 @@ async def test_the_per_cluster_daemons_do_not_run_while_the_cluster_is_paused(mo
     assert runs == ["started", "stopped"]
     stopped.flag = True
     await asyncio.wait_for(daemon, 5)
+
+
+async def test_a_remediation_moved_mid_reset_goes_on_waiting_from_its_snapshot() -> None:
+    """clusterctl move creates it without status; the host's moved last-remediated annotation is within the
+    cooldown. Started over, it would replace the Machine (cooldown) or reset the rebooting server again."""
+    sent = (T0 - timedelta(seconds=30)).isoformat()
+    waiting = {"phase": "Waiting", "retryCount": 1, "lastRemediated": sent, "bootIDBefore": "boot-a"}
+    source = _remediation_world(_remediation(retry_limit=2, status=waiting))
+    await remediation_loop.reconcile(_deps(source), NS, "w-1")  # any status write mirrors it first
+    snapshot = source.objs[("hetznergpuremediations", NS, "w-1")]["metadata"]["annotations"][domain.ANNOTATION_STATUS]
+    assert json.loads(snapshot) == {**waiting, "lastRemediated": sent.replace("+00:00", "Z")}
+    # On the target the Cluster is paused until clusterctl is done: the loop's first write is its Paused condition.
+    paused = {"conditions": [{"type": "Paused", "status": "True", "reason": "Paused", "lastTransitionTime": sent}]}
+    moved = _remediation(retry_limit=2, status=paused)
+    moved["metadata"]["annotations"] = {domain.ANNOTATION_STATUS: snapshot}
+    target = _remediation_world(moved)
+    target.objs[("hetznergpuhosts", NS, "gex-1")]["metadata"]["annotations"] = {
+        f"{domain.DOMAIN}/last-remediated": sent
+    }
+    await remediation_loop.reconcile(_deps(target), NS, "w-1")
+    status = target.objs[("hetznergpuremediations", NS, "w-1")]["status"]
+    assert (status["phase"], status["retryCount"], status["bootIDBefore"]) == ("Waiting", 1, "boot-a")
+    assert "OwnerRemediated" not in _conds(target.objs[("machines", NS, "w-1")])  # not replaced
+    assert not [w for w in target.writes if w[1] == "hetznergpuhosts"]  # no new reset recorded or sent
+
+
+async def test_an_unreadable_remediation_snapshot_is_ignored() -> None:
+    rem = _remediation(retry_limit=0)
+    rem["metadata"]["annotations"] = {domain.ANNOTATION_STATUS: "{not json"}
+    kube = _remediation_world(rem)
+    await remediation_loop.reconcile(_deps(kube), NS, "w-1")
+    assert kube.objs[("hetznergpuremediations", NS, "w-1")]["status"]["phase"] == "DeletingMachine"
+
+
+@pytest.mark.parametrize("missing", ["machine", "host", "host status", "nodeRef of a reset in flight"])
+async def test_a_remediation_whose_machine_or_host_has_not_arrived_waits_and_replaces_nothing(missing: str) -> None:
+    """Mid-move the target may hold the remediation before the HetznerGPUMachine, the host, or the host's status
+    restored from its snapshot; judged then, a healthy host reads as "not provisioned" (found by the move e2e)."""
+    kube = _remediation_world(_remediation(retry_limit=2))
+    if missing == "machine":
+        del kube.objs[("hetznergpumachines", NS, "w-1")]
+    elif missing == "host":
+        del kube.objs[("hetznergpuhosts", NS, "gex-1")]
+    elif missing == "host status":
+        kube.objs[("hetznergpuhosts", NS, "gex-1")]["status"] = {}
+    else:  # clusterctl created the Machine without status; the remediation's snapshot says a reset was sent
+        del kube.objs[("machines", NS, "w-1")]["status"]["nodeRef"]
+        waiting = json.dumps({"phase": "Waiting", "retryCount": 1, "lastRemediated": T0.isoformat()})
+        kube.objs[("hetznergpuremediations", NS, "w-1")]["metadata"]["annotations"] = {
+            domain.ANNOTATION_STATUS: waiting
+        }
+    assert await remediation_loop.reconcile(_deps(kube), NS, "w-1") == 10.0
+    assert kube.writes == []
+
+
+class _Workload:
+    """The workload cluster's apiserver, as ``workload.client`` returns it (sync, closed after use)."""
+
+    def __init__(self, nodes: list[Obj] | None) -> None:
+        self.nodes = nodes
+
+    def list(self, res: Any) -> list[Obj]:
+        if self.nodes is None:
+            raise ConnectionError("workload apiserver down")
+        return self.nodes
+
+    def get_or_none(self, res: Any, name: str) -> Obj | None:
+        return next((n for n in self.list(res) if n["metadata"]["name"] == name), None)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("workload_nodes", "expected"),
+    [
+        ("the node, unhealthy", "reset"),  # a remediation the MHC made just before a move: judged, not replaced
+        ("no node with its providerID", "replaced"),  # the node never joined: hand it back, as before
+        ("unreachable", "wait"),
+        ("no kubeconfig yet", "wait"),
+    ],
+)
+async def test_a_remediation_not_started_whose_machine_lacks_its_node_ref_judges_the_node_by_provider_id(
+    monkeypatch: pytest.MonkeyPatch, workload_nodes: str, expected: str
+) -> None:
+    kube = _remediation_world(_remediation(retry_limit=2))
+    machine = kube.objs[("machines", NS, "w-1")]
+    del machine["status"]["nodeRef"]  # clusterctl created it without status; CAPI has not set nodeRef again
+    machine["spec"]["providerID"] = "hrobot://1"
+    unhealthy = {
+        "metadata": {"name": "gex-1"},
+        "spec": {"providerID": "hrobot://1"},
+        "status": {"nodeInfo": {"bootID": "boot-a"}, "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    other = {"metadata": {"name": "gex-9"}, "spec": {"providerID": "hrobot://9"}}
+    clients = {
+        "the node, unhealthy": _Workload([other, unhealthy]),
+        "no node with its providerID": _Workload([other]),
+        "unreachable": _Workload(None),
+        "no kubeconfig yet": None,
+    }
+
+    async def client(deps: Any, namespace: str, cluster: str) -> Any:
+        return clients[workload_nodes]
+
+    async def reset(deps: Any, host: Any, namespace: str) -> None:
+        sent.append(host.spec.server_number)
+
+    sent: list[int] = []
+    monkeypatch.setattr(workload, "client", client)
+    monkeypatch.setattr(remediation_loop, "_reset", reset)
+    wait = await remediation_loop.reconcile(_deps(kube), NS, "w-1")
+    owner = _conds(kube.objs[("machines", NS, "w-1")]).get("OwnerRemediated")
+    if expected == "wait":
+        assert (wait, kube.writes, sent) == (10.0, [], [])
+    elif expected == "reset":
+        assert sent == [1] and owner is None
+        assert kube.objs[("hetznergpuremediations", NS, "w-1")]["status"]["phase"] == "Waiting"
+    else:
+        assert sent == [] and owner == "False/WaitingForRemediation"

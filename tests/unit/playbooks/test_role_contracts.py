@@ -14,7 +14,7 @@ from capi_gpu.provisioning import ansible, ansible_events
 PLAYBOOKS = ansible.default_playbook_dir()
 ROLES = PLAYBOOKS / "roles"
 VALUES = PLAYBOOKS.parent / "config" / "dra-driver" / "values.yaml"
-SITE_ROLES = ["nvidia_driver", "container_toolkit", "mig_layout", "dra_node", "kubelet"]
+SITE_ROLES = ["private_network", "nvidia_driver", "container_toolkit", "mig_layout", "dra_node", "kubelet"]
 
 
 def test_site_runs_the_roles_in_order() -> None:
@@ -109,3 +109,25 @@ def test_every_fetch_by_url_runs_before_the_first_role_installs_anything() -> No
     }
     fetching -= {"apt_source"}  # the helper: its key.yml is what the others' downloads.yml run
     assert sorted(first) == sorted((role, "downloads.yml") for role in fetching)
+
+
+def test_the_shipped_mig_parted_is_checked_on_the_host_before_it_runs() -> None:
+    tasks = yaml.safe_load((ROLES / "mig_layout" / "tasks" / "install.yml").read_text())
+    names = [t["name"] for t in tasks]
+    copy = next(t for t in tasks if "ansible.builtin.copy" in t and "src" in t["ansible.builtin.copy"])
+    assert copy["ansible.builtin.copy"]["src"] == "{{ mig_layout_parted_src }}"
+    check = names.index("Check the copy on the host is the binary the operator ships")
+    assert names.index(copy["name"]) < check < names.index("Run the shipped nvidia-mig-parted on this host")
+    main = [t["name"] for t in yaml.safe_load((ROLES / "mig_layout" / "tasks" / "main.yml").read_text())]
+    assert main.index("Install nvidia-mig-parted and check it") < main.index("Apply the layout")
+    # At every boot too, before the apply: a binary replaced since the install keeps kubelet from starting.
+    unit = (ROLES / "mig_layout" / "templates" / "capi-gpu-mig-layout.service.j2").read_text()
+    pre = re.search(r"^ExecStartPre=/usr/bin/sha256sum --check --strict --quiet (.+)$", unit, re.M)
+    assert pre and pre.group(1) == "{{ mig_layout_parted_sha256_file }}"
+    assert unit.index("ExecStartPre=") < unit.index("ExecStart={{ mig_layout_parted_exec }} apply")
+
+
+def test_no_default_downloads_mig_parted_from_a_release_page() -> None:
+    defaults = (ROLES / "mig_layout" / "defaults" / "main.yml").read_text()
+    assert "releases/download" not in defaults
+    assert not [p for p in PLAYBOOKS.rglob("*.yml") if "VERIFY" in p.read_text()]

@@ -1,6 +1,6 @@
 """Helpers of the hostile-field property test (``test_hostile_fields.py``): the leaves of every spec kind's
 pydantic model, one full sample per kind that holds every leaf, the payloads, and the sinks each accepted
-value is driven through. Also writes docs/security-fields.md: ``python -m tests.unit.provisioning.hostile``."""
+value is driven through. docs/security-fields.md is written by ``python tests/unit/provisioning/hostile_sinks.py``."""
 
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ def spec_leaves(kind: kinds.Kind) -> list[str]:
 
 _KEY = "ssh-privatekey"
 _CLUSTER_SPEC: dict[str, Any] = {
+    # The model alone: clusterRef beside an endpoint, which CEL refuses on the apiserver, is fine for this.
+    "clusterRef": {"name": "caph"},
     "controlPlaneEndpoint": {"host": "203.0.113.10", "port": 6443},
     "robotCredentials": {"name": "robot", "userKey": "robot-user", "passwordKey": "robot-password"},
     "sshKeys": {
@@ -98,6 +100,12 @@ _CLUSTER_SPEC: dict[str, Any] = {
             "pluginMaxUnavailable": "25%",
         },
         "claimNamespaces": ["default"],
+    },
+    "privateNetwork": {
+        "vswitch": {"vlan": 4000, "name": "gpu-net"},
+        "subnet": "10.0.1.0/24",
+        "addresses": {"start": "10.0.1.10", "end": "10.0.1.200"},
+        "routes": ["10.0.0.0/16"],
     },
 }
 _IMAGE = {
@@ -123,6 +131,7 @@ def _machine_spec(gpu: dict[str, Any]) -> dict[str, Any]:
         "installImage": copy.deepcopy(_IMAGE),
         "gpu": copy.deepcopy(gpu),
         "kubernetesVersion": "v1.36.3",
+        "image": {"url": "https://images.example.com/gpu/node-580.tar.zst", "sha256": "0" * 64},
     }
 
 

@@ -7,7 +7,8 @@ value reaches on the way to a host or a playbook, each output checked by the rul
 - the post-install script: outside the user's own ``postInstallScript`` (shell by design, run only on their
   server), no value appears in clear (it travels base64-encoded);
 - the cloud-init meta-data: parses to exactly its three keys;
-- SSH command lines: no value appears in one (files travel over SFTP).
+- SSH command lines: no value appears in one (files travel over SFTP; spec.image's URL too, read by the
+  rescue script as one argv word).
 """
 
 from __future__ import annotations
@@ -29,10 +30,19 @@ from pydantic import ValidationError
 from capi_gpu.api import kinds
 from capi_gpu.api.cluster import HetznerGPUCluster
 from capi_gpu.api.host import DiskInfo, HetznerGPUHost
-from capi_gpu.api.specs import GPUSpec, InstallImageSpec
+from capi_gpu.api.specs import GPUSpec, InstallImageSpec, NodeImageSpec
 from capi_gpu.controllers import cluster_addons
 from capi_gpu.gpu import catalog, gpuplan
-from capi_gpu.provisioning import admission, ansible_data, chartref, installimage, playbook_vars, ssh, sshtransport
+from capi_gpu.provisioning import (
+    admission,
+    ansible_data,
+    chartref,
+    installimage,
+    node_image,
+    playbook_vars,
+    ssh,
+    sshtransport,
+)
 from capi_gpu.runtime.settings import Settings
 
 SITE, ADDONS, AUTOSETUP, POST, META, SSH = (
@@ -83,7 +93,8 @@ def drive(kind: kinds.Kind, body: dict[str, Any]) -> Outcome:
         if kind.kind.startswith("HetznerGPUCluster"):
             return _cluster(spec)
         if kind.kind.startswith("HetznerGPUMachine"):
-            return _node(spec.get("installImage"), spec.get("gpu"), spec.get("kubernetesVersion"), None)
+            image = spec.get("image")
+            return _node(spec.get("installImage"), spec.get("gpu"), spec.get("kubernetesVersion"), None, image)
         if kind.kind == "HetznerGPUHost":
             host = HetznerGPUHost.model_validate({**body, "status": {}})
             sb = host.spec.standby
@@ -103,7 +114,7 @@ def _cluster(spec: dict[str, Any]) -> Outcome:
     return Outcome(outputs={ADDONS: ansible_data.extravars_text(extra)})
 
 
-def _node(image: Any, gpu: Any, version: str | None, host: HetznerGPUHost | None) -> Outcome:
+def _node(image: Any, gpu: Any, version: str | None, host: HetznerGPUHost | None, baked: Any = None) -> Outcome:
     spec = InstallImageSpec.model_validate(image or {})
     g = GPUSpec.model_validate(gpu or {})
     plan = gpuplan.plan(g, gpuplan.DEFAULT_MODEL, CAT)
@@ -123,6 +134,11 @@ def _node(image: Any, gpu: Any, version: str | None, host: HetznerGPUHost | None
         server_number=SERVER,
     )
     shell = Recording()
+    if baked is not None:  # spec.image: staged and its manifest read in rescue before installimage
+        node = NodeImageSpec.model_validate(baked)
+        dest = node_image.staged_path(node)
+        shell.stage_image(node.url, dest)
+        shell.image_manifest(dest)
     shell.start_installimage(config, script)
     shell.start_bootstrap("#cloud-config\n{}\n", meta)
     return Outcome(
@@ -148,7 +164,7 @@ class Recording(ssh.ParamikoShell):
 
     def run(self, operation: str, command: str, timeout: float | None = None) -> sshtransport.Result:
         self.commands.append(command)
-        return sshtransport.Result(0, b"", b"")
+        return sshtransport.Result(0, b"0" * 64 + b"  staged\n" if operation == "stage_image" else b"", b"")
 
     def put(self, path: str, data: bytes, mode: int) -> None:
         self.commands.append(f"<sftp {path}>")

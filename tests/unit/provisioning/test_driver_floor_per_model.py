@@ -119,7 +119,7 @@ def test_configure_refuses_a_branch_below_the_floor_as_a_permanent_failure(model
     assert isinstance(refused, ActionResult)
     assert (refused.outcome, refused.error_type, refused.permanent) == (
         Outcome.FAILED,
-        ErrorType.ANSIBLE_FAILED,
+        ErrorType.CONFIGURATION_REFUSED,  # Ansible never ran: not AnsibleFailed
         True,
     )
     assert refused.message.startswith(f"{Reason.DRIVER_TOO_OLD}: ")
@@ -130,6 +130,7 @@ def test_configure_refuses_bad_operator_vars_without_raising() -> None:
     plan = gpuplan.plan(GPUSpec(), gpuplan.DEFAULT_MODEL)
     refused = host_actions.configure_vars("v1.36.3", plan, "580", {"driver_route": "rpm"})
     assert isinstance(refused, ActionResult) and refused.permanent
+    assert refused.error_type is ErrorType.CONFIGURATION_REFUSED
     assert refused.message.startswith("playbook variables refused: driver_route: ")
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from states_helpers import T0, context, decide, host, with_keys
 
-from capi_gpu.api.host import ErrorType, HardwareDetails, HostState, RescueHostKey, Step
+from capi_gpu.api.host import ErrorType, HardwareDetails, HostState, Operation, RescueHostKey, Step
 from capi_gpu.provisioning import outcomes
 from capi_gpu.provisioning.model import Action, ActionKind, ActionResult, Observations, Timing
 
@@ -110,3 +110,22 @@ def test_scaled_timing_compresses_waits_not_the_hosts_work() -> None:
     assert (fast.max_retries, fast.max_mig_reboots) == (base.max_retries, base.max_mig_reboots)
     with pytest.raises(ValueError):
         base.scaled(0)
+
+
+def test_a_host_waiting_out_a_moved_run_keeps_the_source_run_it_will_adopt() -> None:
+    """On a move's target, Configure defers every minute while the source's run goes on (the server's marker);
+    40 deferrals must not push the source's recorded run, which the target then adopts, out of the 32."""
+    h = host(P, Step.CONFIGURE)
+    source = Operation(name="configure", requested_at=T0 - timedelta(minutes=5))  # from the move's snapshot
+    h.status.operations = [source]
+    for i in range(40):
+        now = T0 + timedelta(minutes=i)
+        d = decide(h, Observations(claimed=True), now=now)
+        assert d.action is not None and d.action.kind is A.CONFIGURE
+        after = h.model_copy(update={"status": d.status})
+        ctx = context(after, Observations(claimed=True), now=now + timedelta(seconds=1))
+        d = outcomes.apply_result(ctx, d.action, ActionResult.deferred(60.0, "the source still runs it"))
+        h = h.model_copy(update={"status": d.status})
+    ops = h.status.operations
+    assert len(ops) == 32 and ops[0].requested_at == source.requested_at and ops[0].outcome is None
+    assert all(op.outcome == "Deferred" for op in ops[1:])

@@ -10,9 +10,10 @@ from pydantic import ValidationError
 
 from capi_gpu import domain
 from capi_gpu.api.conditions import Reason
+from capi_gpu.api.network import PrivateNetworkSpec
 from capi_gpu.api.specs import GPUSpec, MigLayout, MigMode
 from capi_gpu.gpu import catalog, gpuplan, layout
-from capi_gpu.provisioning import ansible
+from capi_gpu.provisioning import ansible, private_network
 from capi_gpu.provisioning import playbook_vars as pv
 
 ROLES = ansible.default_playbook_dir() / "roles"
@@ -47,6 +48,9 @@ def test_every_extra_var_is_a_variable_some_role_defines() -> None:
         container_toolkit_repo=repo,
         containerd_repo=repo,
         kubernetes_repo=repo,
+        mig_parted="/opt/capi-gpu/libexec/nvidia-mig-parted",
+        mig_parted_sha256="1" * 64,
+        mig_parted_exec="/usr/lib/capi-gpu-sim/nvidia-mig-parted",
         mig_manager_deb="/srv/capi-gpu-apt/nvidia/nvidia-mig-manager_0.15.0-1_amd64.deb",
         mig_manager_deb_sha256="0" * 64,
         driver_route="ubuntu-precompiled",
@@ -145,3 +149,27 @@ def test_a_layout_the_gpu_cannot_hold_never_becomes_playbook_vars() -> None:
     model = catalog.builtin_catalog().model("rtx-pro-6000")
     with pytest.raises(layout.LayoutError, match="at most 2 fit"):
         pv.MigLayoutVars.render(model, layout.Layout.of({"2g.48gb": 3}))
+
+
+def test_a_private_network_reaches_the_run_as_the_vlan_interface_and_the_node_ip() -> None:
+    """``VLANInterface.playbook_vars()`` is the contract with the role: passed through unchanged, validated,
+    and the operator's own kubelet flags kept beside the node IP."""
+    spec = PrivateNetworkSpec.model_validate(
+        {"vswitch": {"vlan": 4000}, "subnet": "10.0.1.0/24", "routes": ["10.0.0.0/16"]}
+    )
+    allocated = private_network.allocate(spec, {}, "gpu/h1")
+    assert isinstance(allocated, private_network.Allocated)
+    interface = private_network.vlan_interface(spec, 4000, allocated).playbook_vars()
+    base = pv.PlaybookVars(kubernetes_version="v1.36.3", mig=sample_layout(), kubelet_extra_args=("--v=2",))
+    extra = pv.with_private_network(base, interface).extra_vars()
+    assert extra["private_network"] == interface["private_network"]
+    assert extra["private_network"] == {
+        "vlan": 4000,
+        "mtu": 1400,
+        "address": "10.0.1.2/24",
+        "gateway": "10.0.1.1",
+        "routes": ["10.0.0.0/16"],
+    }
+    assert extra["kubelet_extra_args"] == ["--v=2", "--node-ip=10.0.1.2"]
+    with pytest.raises(ValidationError):
+        pv.with_private_network(base, {**interface, "private_network": {**interface["private_network"], "vlan": 1}})

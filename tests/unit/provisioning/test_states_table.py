@@ -784,7 +784,9 @@ PROVEN_NOT_SENT = {
 }
 # A wipe is repeated by design after a crash that left it without an outcome (wipefs is idempotent; skipping it
 # would install beside the OS it was asked to clear): test_interrupted_wipe_runs_again checks it.
-REPEATABLE = {A.WIPE}
+# Configure too: recorded only to name its Ansible run in the server's marker (provisioning.handover); after a
+# crash the run died with the controller, and the playbook is idempotent. test_handover covers a move mid-run.
+REPEATABLE = {A.WIPE, A.CONFIGURE}
 RESTART_ROWS = [
     r
     for r in ROWS

@@ -49,7 +49,8 @@ def fake_gpu_shim(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_packaged_nvidia_smi_reports_its_package_version(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_gpu_shim(monkeypatch)
-    (smi,) = [p for p in apt_standins.packages("v1.36.3", "580") if p.name == "nvidia-utils-580"]
+    # NVIDIA's build (the archive carries its own of the same name, ubuntu_nvidia.same_names).
+    (smi,) = [p for p in apt_standins.nvidia_packages("580") if p.name == "nvidia-utils-580"]
     assert smi.version == "580.95.05-1"
     assert b'"driver_version": "580.95.05"' in smi.files["/usr/bin/nvidia-smi"].content
 
@@ -140,12 +141,16 @@ def test_the_playbook_points_at_the_guest_copy(tmp_path: Path, monkeypatch: pyte
     assert kwargs["kubernetes_repo"] == playbook_vars.AptRepository(
         uri="file:/srv/capi-gpu-apt/kubernetes", suite="./", trusted=True
     )
-    assert kwargs["mig_manager_deb"] == "/srv/capi-gpu-apt/nvidia/nvidia-mig-manager_0.15.0-1_all.deb"
+    # The default route: the shipped binary is copied; the GPU shim's mig-parted applies (no NVML here).
+    assert "mig_manager_deb" not in kwargs
+    assert kwargs["mig_parted_exec"] == apt_standins.SIM_MIG_PARTED
+    utils = {p.name: p for p in repo.packages}["nvidia-utils-580"]
+    assert apt_standins.SIM_MIG_PARTED in utils.files
 
 
 def test_the_catalog_has_every_package_the_roles_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-ins carry the real names: the ubuntu2404 CUDA repository's branch-suffixed ones up to 580
-    (no pinning package needed, none offered), the archive's headers for the running kernel."""
+    """The stand-ins carry the real names: the ubuntu2404 CUDA repository's branch-suffixed ones up to 580 and
+    its nvidia-driver-pinning-580, the archive's headers for the running kernel."""
     fake_gpu_shim(monkeypatch)
     names = {p.name for p in apt_standins.packages("v1.36.3", "580", kernel_release="6.8.0-90-generic")}
     defaults = {}
@@ -156,7 +161,8 @@ def test_the_catalog_has_every_package_the_roles_install(monkeypatch: pytest.Mon
     driver = yaml.safe_load(env.from_string(defaults["nvidia_driver_packages_by_route"]["nvidia-dkms"]).render(facts))
     headers = [env.from_string(h).render(facts) for h in defaults["nvidia_driver_headers_packages"]]
     assert driver == ["nvidia-driver-580-open"]
-    assert env.from_string(defaults["nvidia_driver_pinning_package"]).render(facts).strip() == ""
+    pinning = env.from_string(defaults["nvidia_driver_pinning_package"]).render(facts).strip()
+    assert pinning == "nvidia-driver-pinning-580"
     wanted = {
         *driver,
         *headers,
@@ -164,9 +170,10 @@ def test_the_catalog_has_every_package_the_roles_install(monkeypatch: pytest.Mon
         defaults["container_toolkit_containerd_package"],
         *defaults["kubelet_packages"],
         "nvidia-mig-manager",
+        pinning,
     }
     assert wanted <= names
-    assert "nvidia-driver-pinning-580" not in names and "nvidia-open" not in names
+    assert "nvidia-open" not in names  # 590 and later: not simulated
 
 
 def test_the_driver_depends_on_the_archive(monkeypatch: pytest.MonkeyPatch) -> None:

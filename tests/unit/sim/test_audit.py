@@ -51,11 +51,15 @@ def test_writes_are_successful_completions_with_their_subresource(tmp_path: Path
     assert audit.writes(tmp_path / "absent.log") == []
 
 
-def test_the_policy_records_our_groups_writes_and_the_operators_requests_at_metadata_level(tmp_path: Path) -> None:
+def test_the_policy_records_our_and_capi_cores_writes_and_the_operators_requests_at_metadata_level(
+    tmp_path: Path,
+) -> None:
     flags = audit.flags(tmp_path)
     policy = yaml.safe_load((tmp_path / "audit-policy.yaml").read_text())
     first, operator, last = policy["rules"]
-    assert first["level"] == "Metadata" and first["resources"] == [{"group": domain.GROUP}]
+    # CAPI core's group too: the move e2e attributes clusterctl's writes to paused Machines to clusterctl.
+    assert first["level"] == "Metadata"
+    assert first["resources"] == [{"group": domain.GROUP}, {"group": domain.CAPI_GROUP}]
     assert "get" not in first["verbs"] and last == {"level": "None"}
     # Every request of the release's ServiceAccount, whatever its outcome: a Forbidden is a missing rule.
     assert operator == {"level": "Metadata", "users": [audit.OPERATOR_USER]}

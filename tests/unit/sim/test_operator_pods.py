@@ -4,7 +4,6 @@ is the kubelet's, and a restart nobody ordered is reported with the container's 
 from __future__ import annotations
 
 import signal
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,7 +48,7 @@ def world() -> tuple[ReleaseOperator, FakeContainer, FakeContainer, FakeContaine
         "a": _pod("mgr-1", NAMESPACE, {"control-plane": "controller-manager"}, [manager, sidecar]),
         "b": _pod("cert-manager-1", "cert-manager", {"app": "cert-manager"}, [other]),
     }
-    runner = SimpleNamespace(_lock=threading.Lock(), pods=pods)
+    runner = SimpleNamespace(running=lambda: list(pods.values()))
     return ReleaseOperator(runner), manager, sidecar, other  # type: ignore[arg-type]
 
 

@@ -89,6 +89,7 @@ def test_maintenance_and_latency(sim: RobotSim, http: httpx.Client) -> None:
         "never_boot": [],
         "rate_limits": {},
         "impostor_rescue": [],
+        "vswitch_fail": [],
     }
 
 

@@ -1,6 +1,6 @@
 """Robot simulator, commerce: the GEX131 product and its Oct 2026 prices, order validation, test=true
 ordering nothing, delivery after the configured delay (in process, then ready) with on_new_server,
-cancellation rules, vSwitch unwrapped with "processing" members."""
+cancellation rules (vSwitches: test_robot_sim_vswitch.py)."""
 
 from __future__ import annotations
 
@@ -122,23 +122,3 @@ def test_cancellation_rules(http: httpx.Client) -> None:
     again = http.post("/server/321/cancellation", data={"cancellation_date": "now", "reserve_location": "false"})
     assert (again.status_code, again.json()["error"]["code"]) == (409, "CONFLICT")
     assert http.get("/server/321").json()["server"]["cancelled"] is True
-
-
-def test_vswitch_is_unwrapped_and_members_settle(sim: RobotSim, http: httpx.Client) -> None:
-    created = http.post("/vswitch", data={"name": "gpu", "vlan": "4000"})
-    assert created.status_code == 201
-    vid = created.json()["id"]
-    assert http.post("/vswitch", data={"name": "dup", "vlan": "4000"}).json()["error"]["code"] == (
-        "VSWITCH_VLAN_NOT_UNIQUE"
-    )
-    assert http.post("/vswitch", data={"name": "bad", "vlan": "12"}).json()["error"]["invalid"] == ["vlan"]
-    assert http.get("/vswitch").json() == [{"id": vid, "name": "gpu", "vlan": 4000, "cancelled": False}]
-    assert http.post(f"/vswitch/{vid}/server", data={"server[]": ["321"]}).status_code == 201
-    assert http.get(f"/vswitch/{vid}").json()["server"][0]["status"] == "processing"
-    busy = http.post(f"/vswitch/{vid}/server", data={"server[]": ["321"]})
-    assert busy.json()["error"]["code"] == "VSWITCH_IN_PROCESS"
-    sim.clock.advance(sim.commerce.vswitch_delay_s)
-    assert sim.wait_idle()
-    assert http.get(f"/vswitch/{vid}").json()["server"][0]["status"] == "ready"
-    refused = http.post(f"/vswitch/{vid}/server", data={"server[]": ["322"]})
-    assert (refused.status_code, refused.json()["error"]["code"]) == (404, "VSWITCH_NOT_AVAILABLE")
