@@ -90,15 +90,33 @@ class Forward:
         upstream.close()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.listener.close()
+        close_listener(self.listener)
+
+
+def close_listener(sock: socket.socket) -> None:
+    """Unbind a listener whose accept thread is blocked in accept(2).
+
+    Why shutdown first: close(2) from another thread does not wake a blocked accept(2), which keeps its
+    reference to the socket, so the address stays bound and listening for the life of the process. A
+    later world given the same loopback octet then failed with EADDRINUSE on its ``kubernetes`` Service
+    (``127.64.X.1:443``) and its cert-manager pods' published ports, and ``clusterctl init`` timed out.
+    shutdown(2) makes the blocked accept return EINVAL, so the thread exits and the close takes effect.
+    """
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 def listener(host: str, port: int) -> socket.socket:
     s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((host, port))
-    s.listen(64)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(64)
+    except OSError:
+        s.close()  # else garbage collection reports it, unraisable, in whichever test runs next
+        raise
     return s
 
 
@@ -127,9 +145,14 @@ class PodNetwork:
     def __init__(self, name: str, pod_ip: str, api: tuple[str, int], ports: list[int]) -> None:
         self.name = name
         create(name)
-        self.forwards = [Forward(in_netns(name, lambda: listener("127.0.0.1", api[1])), dialer(*api))]
-        for port in ports:
-            self.forwards.append(Forward(listener(pod_ip, port), dialer("127.0.0.1", port, name)))
+        self.forwards: list[Forward] = []
+        try:
+            self.forwards.append(Forward(in_netns(name, lambda: listener("127.0.0.1", api[1])), dialer(*api)))
+            for port in ports:
+                self.forwards.append(Forward(listener(pod_ip, port), dialer("127.0.0.1", port, name)))
+        except OSError:
+            self.close()  # the pod fails to start; nothing it half-made stays bound
+            raise
 
     def close(self) -> None:
         for f in self.forwards:

@@ -9,7 +9,6 @@ runs are endpoints (the management node is the only node with Services behind it
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import ipaddress
 import itertools
@@ -20,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from capi_gpu.kube import Kube, KubeError, Res
-from capi_gpu_sim.pods.podnet import pipe
+from capi_gpu_sim.pods.podnet import close_listener, pipe
 
 log = logging.getLogger(__name__)
 SERVICES = Res("", "v1", "services")
@@ -69,8 +68,7 @@ class _Listener:
         upstream.close()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        close_listener(self.sock)
 
 
 class ServiceProxy:
