@@ -53,8 +53,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hardware_model
 import scaleup_ca
-from scaleup_trace import Clocks, Trace, analyse
+import scaleup_image
+from scaleup_trace import Clocks, Trace, analyse, route
 from urllib3.exceptions import ProtocolError
 
 from capi_gpu import domain
@@ -205,10 +207,18 @@ def wait(world: World, observer: Observer, traces: dict[str, Trace], pin_pods: b
 
 
 def run_phase(
-    world: World, traces: list[Trace], replicas: int, pin_now: bool, timeout: float, ca: bool = False
+    world: World,
+    traces: list[Trace],
+    replicas: int,
+    pin_now: bool,
+    timeout: float,
+    ca: bool = False,
+    md: str | None = None,
 ) -> dict[str, Any]:
-    assert world.robot is not None
+    assert world.robot is not None and world.fleet is not None
     clocks, calls = Clocks(world), len(world.robot.log)
+    boots_before = {t.name: len(world.fleet.hosts[t.number].boots) for t in traces}
+    since_wall = time.time()
     by_name = {t.name: t for t in traces}
     observer = Observer(world)
     decision: float | None = None
@@ -219,7 +229,7 @@ def run_phase(
             scaleup_ca.demand(world, len(traces), str(replicas))
             decision = scaleup_ca.decision_s(world, replicas - len(traces), t0, timeout)
         else:
-            world.scale(replicas)
+            world.scale(replicas, md)
         if pin_now:
             for t in traces:
                 t.pod = pin(world, t.name)
@@ -228,6 +238,7 @@ def run_phase(
         observer.close()
     result = analyse(world, traces, t0, clocks)
     result["hosts"], result["completed"] = len(traces), finished
+    result.update(route(world, traces, since_wall, boots_before))
     result["errors"] = host_errors(world, by_name)
     result["robot_calls"] = len(world.robot.log) - calls
     result["wall_s"] = round(time.monotonic() - t0, 1)
@@ -282,7 +293,18 @@ def skip_reason(n: int, done: list[dict[str, Any]], left: float, reserve: bool) 
     return None
 
 
-def standby_phase(world: World, size: int, timeout: float) -> dict[str, Any]:
+def image_phase(world: World, size: int, image: dict[str, str], timeout: float) -> dict[str, Any]:
+    """``size`` fresh hosts, a MachineDeployment whose template names ``image``, raised to ``size``."""
+    traces, inspect_s, inspect_calls = add_hosts(world, size, timeout)
+    md = devflow.image_deployment(world, f"{world.config.cluster}-gpu-image", image)
+    result = run_phase(world, traces, size, True, timeout, md=md)
+    result.update(inspect_s=round(inspect_s, 1), inspect_robot_calls=inspect_calls)
+    return result
+
+
+def standby_phase(world: World, size: int, timeout: float, image: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The template's standby pool of ``size`` fresh hosts, prepared, then claimed. ``image``: a dict that
+    gets the first standby's bake (spec.image) and its seconds, taken before the claim."""
     traces, inspect_s, inspect_calls = add_hosts(world, size, timeout)
     names = {t.name for t in traces}
     started = time.monotonic()
@@ -301,6 +323,9 @@ def standby_phase(world: World, size: int, timeout: float) -> dict[str, Any]:
             raise SystemExit(f"standby pool not prepared after {timeout:.0f}s; see {world.config.state_dir}")
         time.sleep(0.5)
     prepared_s = time.monotonic() - started
+    if image is not None:
+        spec, seconds = scaleup_image.bake(world, traces[0].name)
+        image.update(spec=spec, bake_s=round(seconds, 1))
     md = world.k.get(CAPI_MACHINEDEPLOYMENTS, template, world.config.namespace)
     result = run_phase(world, traces, int(md["spec"].get("replicas") or 0) + size, True, timeout)
     result.update(
@@ -319,6 +344,7 @@ def measure(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     world = World(config)
     sizes: list[dict[str, Any]] = []
     standby: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
     autoscaler = None
     try:
         world.start()
@@ -339,14 +365,19 @@ def measure(args: argparse.Namespace, state: Path) -> dict[str, Any]:
             sizes.append(result)
             print(f"{n} host(s): {result.get('ready', 0)} ready in {result['wall_s']} s", flush=True)
         if args.standby and autoscaler is None:
-            standby = standby_phase(world, args.standby, args.timeout)
+            baked: dict[str, Any] | None = {} if args.image else None
+            standby = standby_phase(world, args.standby, args.timeout, baked)
             print(f"standby {args.standby}: claim bound in {standby.get('time_to_claim_bound_s')}", flush=True)
+            if baked:
+                image = image_phase(world, args.standby, baked["spec"], args.timeout)
+                image["bake_s"] = baked["bake_s"]
+                print(f"image {args.standby}: claim bound in {image.get('time_to_claim_bound_s')}", flush=True)
         statuses = [e.status for e in world.robot.log]
     finally:
         if autoscaler is not None:
             autoscaler.stop()
         world.stop()
-    return report(args, sizes, standby, statuses, time.monotonic() - started)
+    return report(args, sizes, standby, statuses, time.monotonic() - started, image)
 
 
 def report(
@@ -355,8 +386,9 @@ def report(
     standby: dict[str, Any] | None,
     statuses: list[int],
     wall: float,
+    image: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    for r in [*sizes, standby or {}]:
+    for r in [*sizes, standby or {}, image or {}]:
         if r.get("hosts") and "robot_calls" in r:
             r["robot_calls_per_node"] = round((r["robot_calls"] + r["inspect_robot_calls"]) / r["hosts"], 2)
             r["robot_calls_per_node_scaleup"] = round(r["robot_calls"] / r["hosts"], 2)
@@ -372,6 +404,9 @@ def report(
         "loadavg_1m_at_start": args.loadavg,
         "sizes": sizes,
         "standby": standby,
+        "image": image,
+        "routes": scaleup_image.routes(args.steps, cold, standby, image),
+        "step_sources": hardware_model.sources(args.steps),
         "cold_vs_standby_claim_bound_s": {
             "cold": cold["time_to_claim_bound_s"]["mean"] if cold else None,
             "standby": (standby or {}).get("time_to_claim_bound_s", {}).get("mean"),
@@ -395,6 +430,8 @@ def print_table(r: dict[str, Any]) -> None:
     rows = [(str(s["hosts"]), s) for s in r["sizes"]]
     if r["standby"]:
         rows.append((f"sb {r['standby']['hosts']}", r["standby"]))
+    if r.get("image"):
+        rows.append((f"img {r['image']['hosts']}", r["image"]))
     for label, s in rows:
         if s.get("errors", {}).get("by_type"):
             print(f"{label:>9}   host errors: {s['errors']['by_type']}")
@@ -414,6 +451,17 @@ def print_table(r: dict[str, Any]) -> None:
             print(f"\n{label}, per host (mean s)   {'WALL':>7}{'HW':>7}{'OVER':>7}{'HW-A':>7}")
             for step, (wall, hw, hw_a) in s["steps"].items():
                 print(f"  {step:<34}{wall:>7.2f}{hw:>7.2f}{wall - hw:>7.2f}{hw_a:>7.2f}")
+    if r.get("routes"):
+        route_cols = ("ROUTE", "REBOOTS/N", "CHANGED/N", "PKG/N", "CONFIG s", "BOUND s", "REAL min", "EST %")
+        print("\nper node, simulator counts and times; REAL min: bench/hardware_model.py's GEX131 estimate")
+        print("".join(f"{c:>11}" for c in route_cols))
+        for x in r["routes"]:
+            hw = x["real_hardware"]
+            cells: tuple[Any, ...] = (x["route"], x["reboots_per_node"], x["changed_tasks_per_node"])
+            cells += (x["package_tasks_changed_per_node"], x["configure_s"], x["claim_bound_s"])
+            cells += (hw["minutes"], hw["estimated_part_pct"])
+            print("".join(f"{v:>11.1f}" if isinstance(v, float) else f"{v!s:>11}" for v in cells))
+        print("step times: " + "\n  ".join(["", *r["step_sources"]]))
 
 
 def main() -> None:
@@ -439,8 +487,27 @@ def main() -> None:
         default="none",
         help="ca: pending claim pods and the real cluster-autoscaler raise the replicas (no standby phase)",
     )
+    parser.add_argument(
+        "--image",
+        action="store_true",
+        help="after the standby phase's prepare, bake the standby (capi-gpu image bake) and provision --standby "
+        "fresh hosts from it: the cold-from-image route, beside cold-full and standby",
+    )
+    parser.add_argument(
+        "--step",
+        action="append",
+        default=[],
+        metavar="NAME=SECONDS",
+        help="replace a real-hardware step time of bench/hardware_model.py with your own measurement",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="state directory to keep (default: a temporary one)")
     args = parser.parse_args()
+    try:
+        args.steps = hardware_model.with_overrides({k: float(v) for k, _, v in (x.partition("=") for x in args.step)})
+    except ValueError as exc:
+        raise SystemExit(f"--step: {exc}") from None
+    if args.image and not args.standby:
+        raise SystemExit("--image bakes the standby phase's host: give --standby 1 or more")
     args.sizes = [int(x) for x in args.hosts.split(",") if x.strip()]
     args.loadavg = os.getloadavg()[0]
     if os.geteuid() != 0:

@@ -200,3 +200,36 @@ def analyse(world: World, traces: list[Trace], t0: float, clocks: Clocks) -> dic
             "hardware": [[round(a - t0, 2), round(b - t0, 2), kind] for a, b, kind in sorted(slowest[2])],
         },
     }
+
+
+PACKAGE_TASK = re.compile(r"install|package|apt|dpkg|driver|\.deb", re.IGNORECASE)
+"""Task names that install software (as e2e/sim/test_node_image_install.py counts them)."""
+
+
+def route(world: World, traces: list[Trace], since_wall: float, boots_before: dict[str, int]) -> dict[str, Any]:
+    """What each node's route cost since the phase began (wall clock ``since_wall``), per node: boots into
+    the installed OS (the fleet's boot records), Ansible tasks that changed, and of those the package ones
+    (ansible-runner's job events of the runs that began after ``since_wall``)."""
+    assert world.fleet is not None
+    boots, changed, packages = [], [], []
+    for t in traces:
+        records = world.fleet.hosts[t.number].boots[boots_before[t.name] :]
+        boots.append(sum(1 for b in records if b.running.value == "installed"))
+        tasks: list[str] = []
+        for events in (world.config.state_dir / "artifacts" / t.name).glob("*/artifacts/*/job_events"):
+            loaded = [json.loads(p.read_text()) for p in events.glob("*.json")]
+            if not loaded or min(datetime.fromisoformat(e["created"]).timestamp() for e in loaded) < since_wall:
+                continue
+            tasks += [
+                str(e["event_data"].get("task", ""))
+                for e in loaded
+                if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
+            ]
+        changed.append(len(tasks))
+        packages.append(sum(1 for name in tasks if PACKAGE_TASK.search(name)))
+    n = max(len(traces), 1)
+    return {
+        "reboots_per_node": round(sum(boots) / n, 2),
+        "changed_tasks_per_node": round(sum(changed) / n, 1),
+        "package_tasks_changed_per_node": round(sum(packages) / n, 1),
+    }

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from capi_gpu.kube import CAPI_MACHINES, EVENTS, NODES, PODS, Kube, ours
+from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, EVENTS, NODES, PODS, Kube, ours
 from capi_gpu_sim.world import World
 
 HOSTS = ours("hetznergpuhosts")
+TEMPLATES = ours("hetznergpumachinetemplates")
 CLAIM_TEMPLATE = "mig-1g-24gb"
 
 
@@ -116,12 +117,14 @@ def run(
     progress: Any = None,
     timeout: float = 900,
     tick: Callable[[], None] | None = None,
+    md: str | None = None,
 ) -> Summary:
     """Scale, submit the pod, wait until the scheduler bound it; ``progress(rows)`` is called on changes,
-    ``tick()`` once a second (a live view redraws the time in step)."""
+    ``tick()`` once a second (a live view redraws the time in step); ``md``: another MachineDeployment than the
+    world's own."""
     k, ns = world.k, world.config.namespace
     started = time.monotonic()
-    world.scale(replicas)
+    world.scale(replicas, md)
     k.apply(PODS, claim_pod(pod), ns)
     last: list[Row] = []
     deadline = started + timeout
@@ -143,3 +146,27 @@ def run(
         f"pod {pod} not bound after {timeout:.0f}s; machines: "
         f"{[m['metadata']['name'] for m in k.list(CAPI_MACHINES, ns)]}"
     )
+
+
+def image_deployment(world: World, name: str, image: dict[str, str]) -> str:
+    """A second GPU MachineDeployment, 0 replicas, whose new template is the world's own plus ``image``
+    (``spec.image``: templates are immutable, so a user rolls onto an image this way too); returns its name."""
+    k, ns, own = world.k, world.config.namespace, f"{world.config.cluster}-gpu"
+
+    def fresh(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"] = {"name": name, "labels": obj["metadata"].get("labels") or {}}
+        obj.pop("status", None)
+        return obj
+
+    template = fresh(k.get(TEMPLATES, own, ns))
+    template["spec"]["template"]["spec"]["image"] = image
+    template["spec"].pop("standby", None)
+    k.create(TEMPLATES, template, ns)
+    md = fresh(k.get(CAPI_MACHINEDEPLOYMENTS, own, ns))
+    spec = md["spec"]
+    spec["replicas"] = 0
+    spec["selector"]["matchLabels"]["cluster.x-k8s.io/deployment-name"] = name
+    spec["template"]["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"] = name
+    spec["template"]["spec"]["infrastructureRef"]["name"] = name
+    k.create(CAPI_MACHINEDEPLOYMENTS, md, ns)
+    return name

@@ -131,6 +131,14 @@ class World:
         """How long start() waited, once the operator ran, for its add-ons run to set AddonsReady=True."""
 
     @property
+    def images_dir(self) -> Path:
+        """Node images (docs/node-images.md) a test bakes into: every rescue boot sees this directory at
+        ``fleet.IMAGES_GUEST_DIR``, so a template's ``spec.image.url`` can name an archive here by path."""
+        path = self.config.state_dir / "images"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
     def user_kubeconfig(self) -> Path:
         """The kubeconfig handed to the user (``dev up`` prints it): admin, its context's namespace the
         world's, so ``kubectl get`` and ``capi-gpu hosts list`` without ``-n`` see the world's objects.
@@ -163,7 +171,12 @@ class World:
             repo = aptrepo.ensure_repo(cfg.kubernetes_version, cfg.driver_branch)
             self.repo = repo
             self.fleet = Fleet(
-                FleetConfig(hosts=cfg.hosts, apt_repo=repo, private_links=cfg.private_network is not None),
+                FleetConfig(
+                    hosts=cfg.hosts,
+                    apt_repo=repo,
+                    private_links=cfg.private_network is not None,
+                    images_dir=self.images_dir,
+                ),
                 robot=self.robot,
             ).start()
             # No kubelet publishes NVIDIA slices until the chart's DaemonSet runs a plugin pod on its node:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -18,7 +19,6 @@ import tarfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from flow_kit import (
@@ -54,11 +54,13 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.provisioning import image_manifest
 from capi_gpu_sim import devflow
+from capi_gpu_sim.fleet import IMAGES_GUEST_DIR
 from capi_gpu_sim.kubelet import JOIN_RECORD
 from capi_gpu_sim.world import World
 
 LAYOUT = "all-1g.24gb"
 TIMES: dict[str, float] = {}  # time-to-claim-bound by path, for the comparison the last test prints
+IMAGE: dict[str, str] = {}  # spec.image of the standby's bake
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +102,11 @@ def test_cold_scale_up_and_claims_on_an_all_1g_layout(world: World) -> None:
     assert robot_refusals(world) == []
 
 
-def bake_the_standby(world: World, host_name: str, tmp_path: Path) -> None:
+def bake_the_standby(world: World, host_name: str) -> None:
     """``capi-gpu image bake`` as a user runs it, against the world's apiserver and the prepared standby:
     the archive and its manifest come back, and the host is unpaused and still a standby (the claim after
-    this takes it)."""
-    out = tmp_path / "standby.tar.gz"
+    this takes it). The archive goes where the world's rescue systems see it, for the last test."""
+    out = world.images_dir / "standby.tar.gz"
     cmd = [sys.executable, "-m", "capi_gpu.cli", "image", "bake", host_name, "--to", str(out), "-n", ns(world)]
     done = subprocess.run(
         [*cmd, "--kubeconfig", str(world.cp.kubeconfig)], capture_output=True, text=True, timeout=300, check=False
@@ -119,10 +121,11 @@ def bake_the_standby(world: World, host_name: str, tmp_path: Path) -> None:
     raw = world.k.get(HOSTS, host_name, ns(world))
     assert domain.PAUSED_ANNOTATION not in (raw["metadata"].get("annotations") or {}), "the bake left it paused"
     assert host_state(raw) == "Standby"
+    IMAGE.update(url=f"{IMAGES_GUEST_DIR}/{out.name}", sha256=sha.group(1))
     print(f"\ncapi-gpu image bake of the standby: {out.stat().st_size / 2**20:.0f} MiB, {done.stdout.splitlines()[0]}")
 
 
-def test_a_standby_host_costs_one_bootstrap(world: World, tmp_path: Path) -> None:
+def test_a_standby_host_costs_one_bootstrap(world: World) -> None:
     if "cold" not in TIMES:
         cold_claim(world)
     scaled_to_zero(world)
@@ -151,7 +154,7 @@ def test_a_standby_host_costs_one_bootstrap(world: World, tmp_path: Path) -> Non
             return (tpl.get("status") or {}).get("standbyHosts") == 1 and ready.get("status") == "True"
 
         wait(world, "the template's StandbyPoolReady", pool_ready, 60)
-        bake_the_standby(world, host_name, tmp_path)
+        bake_the_standby(world, host_name)
 
         assert world.robot is not None
         mark, claimed_at = len(world.robot.log), dt.datetime.now(dt.UTC)
@@ -176,3 +179,31 @@ def test_a_standby_host_costs_one_bootstrap(world: World, tmp_path: Path) -> Non
         f"(standby preparation took {prepared_s:.0f}s, off the claim's critical path)"
     )
     assert standby < cold, f"standby ({standby:.0f}s) must beat a cold install ({cold:.0f}s)"
+
+
+def test_a_node_installed_from_the_standby_image_binds_a_1g_claim(world: World) -> None:
+    """The standby's bake as a new template's ``spec.image`` (issue 33's acceptance): the host goes to rescue,
+    the archive is checked and written by installimage, the node boots once into what it carried (no second
+    boot for the nouveau blacklist), the MIG layout is there, and a 1g.24gb claim binds on it."""
+    if not IMAGE:
+        test_a_standby_host_costs_one_bootstrap(world)
+    scaled_to_zero(world)
+    # Deprovisioned, it went back to Standby (its spec.standby outlived the pool); the template loop takes it
+    # off the pool on its next pass. Claimed before that, it would be taken as a standby, not from the image.
+    wait_available(world, 1)
+    (host,) = world.hosts()
+    sim = sim_host(world, int(host["spec"]["serverNumber"]))
+    boots_before = len(sim.boots)
+    md = devflow.image_deployment(world, f"{MD_NAME}-image", dict(IMAGE))
+    summary = devflow.run(world, 1, pod="image-1g", timeout=420, md=md)
+    print(f"\nfrom the baked image, MachineDeployment 0->1 -> 1g.24gb claim bound: {summary.seconds:.0f}s")
+    check_bound(world, bound(world, "image-1g"), "1g.24gb")
+    (node,) = gpu_nodes(world)
+    assert pod_node(world, "image-1g") == node["metadata"]["name"]
+    booted = [b.running.value for b in sim.boots[boots_before:]]
+    assert booted.count("installed") == 1, f"one boot into the installed image, not {booted}"
+    assert json.loads((sim.disk_dir / "installed.json").read_text())["node_image"] is True
+    assert layout_counts(mig_instances(sim)) == expected_layout(world)
+    raw = world.k.get(HOSTS, host["metadata"]["name"], ns(world))
+    assert (raw["spec"].get("consumerRef") or {}).get("name", "").startswith(md), raw["spec"].get("consumerRef")
+    assert robot_refusals(world) == []
