@@ -108,6 +108,10 @@ class Container:
         self._stop = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._cgroup = ""
+        # Held by crash() while it empties the cgroup, and by the restart while it spawns: cgroups.kill loops
+        # until the cgroup is empty, so a restart at once (the first back-off is 0) used to land in the cgroup
+        # mid-kill and be killed too: two restarts for one crash, which a test read as one "by itself".
+        self._spawn = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"container-{name}", daemon=True)
 
     def start(self) -> None:
@@ -133,9 +137,9 @@ class Container:
         backoff = 0.0
         while not self._stop.is_set():
             launch = self._launch()
-            self._cgroup = launch.cgroup
-            cgroups.kill(cgroups.ensure(launch.cgroup))
-            with launch.log_path.open("ab") as out:
+            with self._spawn, launch.log_path.open("ab") as out:
+                self._cgroup = launch.cgroup
+                cgroups.kill(cgroups.ensure(launch.cgroup))
                 self._proc = subprocess.Popen(
                     wrapped(launch),
                     stdout=out,
@@ -237,5 +241,6 @@ class Container:
 
     def crash(self) -> None:
         """SIGKILL the process tree now, as a node's OOM killer or a `kill -9` would (tests)."""
-        if self._cgroup:
-            cgroups.kill(cgroups.path_for(self._cgroup))
+        with self._spawn:
+            if self._cgroup:
+                cgroups.kill(cgroups.path_for(self._cgroup))
