@@ -35,6 +35,7 @@ It polls, like the simulated kubelet, and every loop is bounded by ``stop()``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -44,7 +45,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from capi_gpu import domain
-from capi_gpu.kube import NODES, PODS, Kube, KubeError, Obj, Res
+from capi_gpu.kube import NODES, PODS, Kube, KubeError, NotFound, Obj, Res
 from capi_gpu_sim import daemonset_fit, daemonset_roll, dra_publisher
 
 if TYPE_CHECKING:
@@ -251,7 +252,9 @@ class NodePods:
             log.info("node pods: rolling update deletes %s's plugin pod %s", node, name)
         status = daemonset_roll.status(daemonset, view)
         if {k: (daemonset.get("status") or {}).get(k) for k in status} != status:
-            self.kube.patch(DAEMONSETS, PLUGIN_DAEMONSET, {"status": status}, PLUGIN_NAMESPACE, sub="status")
+            # Deleted since this tick read it (the chart uninstalled): nothing to report, as for the controller.
+            with contextlib.suppress(NotFound):
+                self.kube.patch(DAEMONSETS, PLUGIN_DAEMONSET, {"status": status}, PLUGIN_NAMESPACE, sub="status")
 
     def _reconcile_plugin_pods(
         self, daemonset: Obj | None, kubelets: dict[str, SimKubelet], pods: dict[str, Obj]

@@ -84,7 +84,10 @@ RELEASE = Release()
 def world(world_factory: Callable[..., World]) -> Iterator[World]:
     # The release as a user installs it (clusterctl init, cert-manager, the webhook, its RBAC), two replicas;
     # the webhook's certificate is renewed twice while the flow runs.
-    w = world_factory(hosts=HOST_COUNT, operator_args=["--claim-scaler"], release=True, replicas=2)
+    # Timeouts /30, not /60: the SSH reboot's 8 min became 8 s, which three hosts booting while Ansible runs on
+    # two cores outlasted once in CI (the ladder then sent a Robot reset, read here as a repeated step); a
+    # GEX131's boot has 8 min against about 5.5.
+    w = world_factory(hosts=HOST_COUNT, operator_args=["--claim-scaler"], release=True, replicas=2, timing_scale=30.0)
     RELEASE.renewer = release_kit.Renewer(w, every_s=60.0, count=2).start()
     yield w
     RELEASE.renewer.stop()
