@@ -79,7 +79,7 @@ test: $(PY) system-deps upstream ## every test tier (unit, integration, e2e)
 # table (the README's performance section quotes them). scaleup and gate_latency need root (the fleet)
 # and the pinned binaries. BENCH_ARGS_<name> adds flags: make bench BENCH_ARGS_scaleup='--hosts 1,20,100'.
 define run-bench
-	@echo "== bench/$(1).py $(BENCH_ARGS_$(1))"; start=$$(date +%s); $(PY) bench/$(1).py $(BENCH_ARGS_$(1)); \
+	@echo "== bench/$(1).py $(BENCH_ARGS_$(1))"; start=$$(date +%s); PYTHONPATH=$(CURDIR) $(PY) bench/$(1).py $(BENCH_ARGS_$(1)); \
 	  echo "== bench/$(1).py: $$(( $$(date +%s) - start )) s"
 endef
 
