@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from typing import Any
 
 import hardware_model
 
+from capi_gpu_sim import devflow
 from capi_gpu_sim.fleet import IMAGES_GUEST_DIR
 from capi_gpu_sim.world import World
 
@@ -19,14 +18,7 @@ def bake(world: World, host: str) -> tuple[dict[str, str], float]:
     """``capi-gpu image bake`` of a prepared standby, as a user runs it, into the world's image directory
     (what its rescue systems see); returns spec.image and the bake's seconds."""
     out, started = world.images_dir / f"{host}.tar.gz", time.monotonic()
-    cmd = ["-m", "capi_gpu.cli", "image", "bake", host, "--to", str(out), "-n", world.config.namespace]
-    done = subprocess.run(
-        [sys.executable, *cmd, "--kubeconfig", str(world.cp.kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = devflow.bake_cli(world, host, out)
     sha = re.search(r"sha256: ([0-9a-f]{64})", done.stdout)
     if done.returncode != 0 or sha is None:
         raise SystemExit(f"capi-gpu image bake {host} failed: {done.stderr[-2000:]}")

@@ -7,10 +7,13 @@ Kept apart from the CLI so the e2e suite runs the same flow and asserts on the s
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from capi_gpu.kube import CAPI_MACHINEDEPLOYMENTS, CAPI_MACHINES, EVENTS, NODES, PODS, Kube, ours
@@ -170,3 +173,15 @@ def image_deployment(world: World, name: str, image: dict[str, str]) -> str:
     spec["template"]["spec"]["infrastructureRef"]["name"] = name
     k.create(CAPI_MACHINEDEPLOYMENTS, md, ns)
     return name
+
+
+def bake_cli(world: World, host: str, out: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``capi-gpu image bake HOST --to OUT`` as a user runs it, against the world's apiserver."""
+    cmd = ["-m", "capi_gpu.cli", "image", "bake", host, "--to", str(out), "-n", world.config.namespace]
+    return subprocess.run(
+        [sys.executable, *cmd, "--kubeconfig", str(world.cp.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -13,8 +13,6 @@ import datetime as dt
 import hashlib
 import json
 import re
-import subprocess
-import sys
 import tarfile
 import time
 from collections import Counter
@@ -107,10 +105,7 @@ def bake_the_standby(world: World, host_name: str) -> None:
     the archive and its manifest come back, and the host is unpaused and still a standby (the claim after
     this takes it). The archive goes where the world's rescue systems see it, for the last test."""
     out = world.images_dir / "standby.tar.gz"
-    cmd = [sys.executable, "-m", "capi_gpu.cli", "image", "bake", host_name, "--to", str(out), "-n", ns(world)]
-    done = subprocess.run(
-        [*cmd, "--kubeconfig", str(world.cp.kubeconfig)], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = devflow.bake_cli(world, host_name, out, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "paused for the bake" in done.stderr
     sha = re.search(r"sha256: ([0-9a-f]{64})", done.stdout)
