@@ -441,9 +441,12 @@ class ControlPlane:
         hint = " (port clash: another process took the port; rerun)" if "address already in use" in tail else ""
         return ControlPlaneError(f"{name} {what}{hint}; log {self.logs / (name + '.log')}:\n{tail}")
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop every component, newest first: SIGTERM, then SIGKILL after ``grace_s``. A world torn down
+        after its test passes a short grace: kube-apiserver otherwise spends the whole 10 s draining its
+        watches, and nothing of a memory-backed control plane outlives it anyway."""
         for proc in reversed(self.procs):
-            proc.stop()
+            proc.stop(grace_s)
         self.procs.clear()
         reap_strays(self.registry)
 

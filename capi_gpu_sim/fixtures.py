@@ -23,7 +23,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     try:
         yield cp
     finally:
-        cp.stop()
+        cp.stop(grace_s=1.0)  # memory-backed: nothing to drain for
 
 
 @pytest.fixture(scope="session")

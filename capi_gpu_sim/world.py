@@ -51,6 +51,8 @@ DRA_CLAIMS = binaries.REPO / "config" / "dra" / "claims"
 DRA_CLASSES = binaries.REPO / "config" / "dra"
 GATE_PLUGIN_DAEMONSET = DRA_CLASSES / "gate-plugin-daemonset.yaml"
 ADDONS_TIMEOUT_S = 300.0
+# Seconds a torn-down world gives its processes between SIGTERM and SIGKILL (World.stop).
+TEARDOWN_GRACE_S = 1.0
 
 
 @dataclass
@@ -532,14 +534,18 @@ class World:
         return path
 
     def stop(self) -> None:
+        """Tear the world down. Nothing in it outlives it (kine is in memory, the fleet's disks are
+        removed), so its processes get ``TEARDOWN_GRACE_S`` to exit before SIGKILL: the operator and
+        kube-apiserver each used to spend their full grace (5 s, 10 s) on every world's teardown. Tests of a
+        graceful stop signal the process themselves (``kill_operator(15)``)."""
         with contextlib.suppress(Exception):
             self.dump()
         if self.released is None:
-            self.kill_operator(15)
+            self.kill_operator(9)
         if self.services is not None:
             self.services.stop()
         if self.pods is not None:
-            self.pods.stop()
+            self.pods.stop(TEARDOWN_GRACE_S)
             self.pods.kube.close()
         if self.node_pods is not None:
             self.node_pods.stop()
@@ -550,5 +556,5 @@ class World:
             self.robot.stop()
         if self.kube is not None:
             self.kube.close()
-        self.cp.stop()
+        self.cp.stop(TEARDOWN_GRACE_S)
         self.loopback.release()

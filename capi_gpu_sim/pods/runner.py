@@ -370,6 +370,8 @@ class PodRunner:
             return
         with self._lock:
             pod = self.pods.get(uid)
+            if self._stop.is_set():  # stop() emptied ``pods`` under this lock: start nothing after it
+                return
             if pod is None and not obj["metadata"].get("deletionTimestamp"):
                 pod = self.pods[uid] = Pod(self, obj, next(self._ips))
                 threading.Thread(target=pod.start, name=f"pod-{obj['metadata']['name']}", daemon=True).start()
@@ -434,16 +436,20 @@ class PodRunner:
         with self._lock:
             return next((p for p in self.pods.values() if (p.namespace, p.name) == (namespace, name)), None)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop every pod's containers at once: SIGTERM, then SIGKILL after ``grace_s``."""
         self._stop.set()
         with self._lock:
             pods = list(self.pods.values())
             self.pods.clear()
-        threads = [threading.Thread(target=p.stop, args=(5.0,)) for p in pods]
+        threads = [threading.Thread(target=p.stop, args=(grace_s,)) for p in pods]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
+        # The sync thread wakes every 0.25 s. The watch thread sees the stop only at its stream's next event
+        # (a bookmark may be a minute away): it is a daemon and, past the check in _event, inert, so it is
+        # not waited for.
         for t in self._threads:
-            t.join(5)
+            t.join(5 if t.name != "pod-runner-watch" else 0.1)
         shutil.rmtree(VOLUMES_ROOT / self.config.cgroup_prefix, ignore_errors=True)

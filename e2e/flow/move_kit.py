@@ -26,7 +26,7 @@ from capi_gpu_sim.loopback import OctetLease
 from capi_gpu_sim.pods.runner import Config as RunnerConfig
 from capi_gpu_sim.pods.runner import PodRunner
 from capi_gpu_sim.pods.services import ServiceProxy
-from capi_gpu_sim.world import World
+from capi_gpu_sim.world import TEARDOWN_GRACE_S, World
 
 # The sim's stand-in control-plane provider, recorded as `clusterctl init` would (nothing installs it).
 CONTROL_PLANE_SIM = ("capi-sim-system", "control-plane-sim", "sim", "ControlPlaneProvider", "v0.1.0")
@@ -97,11 +97,11 @@ class Target:
         if self.services is not None:
             self.services.stop()
         if self.pods is not None:
-            self.pods.stop()
+            self.pods.stop(TEARDOWN_GRACE_S)
             self.pods.kube.close()
         if getattr(self, "kube", None) is not None:
             self.kube.close()
-        self.cp.stop()
+        self.cp.stop(TEARDOWN_GRACE_S)
         self.loopback.release()
 
 
