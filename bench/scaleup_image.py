@@ -10,7 +10,6 @@ from typing import Any
 import hardware_model
 
 from capi_gpu_sim import devflow
-from capi_gpu_sim.fleet import IMAGES_GUEST_DIR
 from capi_gpu_sim.world import World
 
 
@@ -22,7 +21,8 @@ def bake(world: World, host: str) -> tuple[dict[str, str], float]:
     sha = re.search(r"sha256: ([0-9a-f]{64})", done.stdout)
     if done.returncode != 0 or sha is None:
         raise SystemExit(f"capi-gpu image bake {host} failed: {done.stderr[-2000:]}")
-    return {"url": f"{IMAGES_GUEST_DIR}/{out.name}", "sha256": sha.group(1)}, time.monotonic() - started
+    assert world.fleet is not None
+    return {"url": world.fleet.image_url(out.name), "sha256": sha.group(1)}, time.monotonic() - started
 
 
 def routes(

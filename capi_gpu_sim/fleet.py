@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from capi_gpu_sim import aptrepo, host_shims, private_link, robot_hooks
 from capi_gpu_sim.hosts import boot, hardware, names, netns, registry, rootfs, targets, views
 from capi_gpu_sim.hosts.host import Host, HostConfig, Running
+from capi_gpu_sim.image_server import ImageServer
 
 if TYPE_CHECKING:
     from capi_gpu.kube import Kube
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 
 
 IMAGES_GUEST_DIR = "/srv/capi-gpu-images"
-"""Where ``FleetConfig.images_dir`` appears in the rescue system (a path spec.image.url admits)."""
+"""Where ``FleetConfig.images_dir`` also appears in the rescue system (a path spec.image.url admits); the
+way a user's image arrives is https, from ``image_server`` (``Fleet.image_url``)."""
 
 
 @dataclass
@@ -59,8 +61,8 @@ class FleetConfig:
     # boot of a disk, so ``aptrepo.playbook_repositories(repo)`` works on any host; None: no repository.
     apt_repo: aptrepo.AptRepo | None = None
     # Node images (docs/node-images.md): a test-machine directory bound read-only into every rescue boot at
-    # ``IMAGES_GUEST_DIR``, so spec.image can name an archive there by path; None: no images. Serving them
-    # over https from a test server, as a real image server would, is not built yet.
+    # ``IMAGES_GUEST_DIR``, and served over https to every host's rescue (``capi_gpu_sim.image_server``,
+    # ``Fleet.image_url``); None: no images.
     images_dir: Path | None = None
     # Robot's vSwitches as private links between the hosts (``capi_gpu_sim.private_link``): the ready
     # members of a vSwitch reach each other over their VLAN interfaces, nobody else does. Needs a Robot
@@ -86,6 +88,7 @@ class Fleet:
         self._inner = Path()
         self.rootfs_report: rootfs.BuildReport | None = None
         self.private_links: private_link.PrivateLinks | None = None
+        self.image_server: ImageServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Fleet:
@@ -103,6 +106,8 @@ class Fleet:
             self._base = self.rootfs_report.path
             self._layers = views.build_layers(self.state_dir / "layers", tuple(g for _, g in self._disk_binds()))
             self._inner = boot.write_inner(self.state_dir / "boot-inner.sh")
+            if self.config.images_dir is not None:
+                self.image_server = ImageServer(self.config.images_dir, self.state_dir / "image-server")
             if self.robot is not None:
                 self.robot.power_hook = self
                 self.robot.new_server_hook = self
@@ -177,10 +182,13 @@ class Fleet:
                 self.config.host,
                 disk_binds=self._disk_binds(),
                 rescue_binds=self._rescue_binds(),
+                rescue_files={} if self.image_server is None else self.image_server.rescue_files(hn.host_ip),
             )
             self.hosts[server_number] = host
             self._record()
         host.create()
+        if self.image_server is not None:
+            self.image_server.serve_on(hn.host_ip)  # the veth end exists from create() on
         if self.robot is not None and register and not self.robot.set_server_ip(server_number, hn.guest_ip):
             self.robot.add_server(
                 server_number,
@@ -199,6 +207,8 @@ class Fleet:
             self._closed = True
         for kubelet in list(self.kubelets.values()):
             kubelet.stop()
+        if self.image_server is not None:
+            self.image_server.close()
         if self.private_links is not None:
             try:
                 self.private_links.close()
@@ -258,6 +268,12 @@ class Fleet:
         return self.kubelets
 
     # -- conveniences for tests -----------------------------------------------------------------
+    def image_url(self, file_name: str) -> str:
+        """The https URL under which every host's rescue fetches ``images_dir/file_name``."""
+        if self.image_server is None:
+            raise ValueError("FleetConfig.images_dir is not set: this fleet serves no images")
+        return self.image_server.url(file_name)
+
     def host(self, server_number: int | None = None) -> Host:
         if server_number is None:
             return next(iter(self.hosts.values()))

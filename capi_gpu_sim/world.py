@@ -134,8 +134,9 @@ class World:
 
     @property
     def images_dir(self) -> Path:
-        """Node images (docs/node-images.md) a test bakes into: every rescue boot sees this directory at
-        ``fleet.IMAGES_GUEST_DIR``, so a template's ``spec.image.url`` can name an archive here by path."""
+        """Node images (docs/node-images.md) a test bakes into: the fleet serves this directory over https to
+        every rescue boot (``fleet.image_url(name)``, what a template's ``spec.image.url`` names), and binds
+        it at ``fleet.IMAGES_GUEST_DIR`` too, for the path form."""
         path = self.config.state_dir / "images"
         path.mkdir(parents=True, exist_ok=True)
         return path

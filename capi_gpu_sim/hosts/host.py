@@ -97,6 +97,8 @@ class Host(guest.GuestSide):
     disk_binds: tuple[tuple[Path, str], ...] = ()
     # Read-only binds into every rescue boot (the fleet's node images).
     rescue_binds: tuple[tuple[Path, str], ...] = ()
+    # Files every rescue boot writes (guest path -> content): the image server's name and CA.
+    rescue_files: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Condition()
@@ -295,7 +297,7 @@ class Host(guest.GuestSide):
         rescue_layer, image_layer = self.layers
         if isinstance(target, targets.RescueBoot):
             upper, work = self.state_dir / "rescue" / "upper", self.state_dir / "rescue" / "work"
-            views.prepare_rescue(upper, work, boot_dir, target)
+            views.prepare_rescue(upper, work, boot_dir, target, self.rescue_files)
             plan = boot.BootPlan(
                 boot.Mode.RESCUE,
                 self.hn.netns,

@@ -40,6 +40,7 @@ PACKAGES: Final[tuple[str, ...]] = (
     "dbus",
     "procps",
     "sudo",
+    "curl",  # rescue fetches https node images with it (Hetzner's rescue has it)
 )
 
 # Units that would touch the real kernel or a real console; masked in the base tree.

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -110,7 +111,11 @@ def key_file_name(private_key: str) -> str:
     raise ValueError(f"unsupported host key type {type(key).__name__}")
 
 
-def prepare_rescue(upper: Path, work: Path, boot_dir: Path, boot: targets.RescueBoot) -> None:
+def prepare_rescue(
+    upper: Path, work: Path, boot_dir: Path, boot: targets.RescueBoot, files: Mapping[str, bytes] | None = None
+) -> None:
+    """The RAM-backed rescue system's writable layer, fresh: hostname, sshd with Robot's host keys, root's
+    authorized keys, and ``files`` (guest path -> content, written last, so they may replace /etc/hosts)."""
     _reset(upper, work)
     etc = upper / "etc"
     (etc / "ssh").mkdir(parents=True)
@@ -133,6 +138,10 @@ def prepare_rescue(upper: Path, work: Path, boot_dir: Path, boot: targets.Rescue
     os.chmod(upper / "root", 0o700)
     (dot_ssh / "authorized_keys").write_text("".join(k.strip() + "\n" for k in boot.authorized_keys))
     (dot_ssh / "authorized_keys").chmod(0o600)
+    for guest_path, content in (files or {}).items():
+        target = upper / guest_path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
     pw = boot_dir / "password"
     if boot.password:
         pw.write_text(f"root:{boot.password}\n")

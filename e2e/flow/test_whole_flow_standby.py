@@ -52,7 +52,6 @@ from capi_gpu import domain
 from capi_gpu.api.host import HetznerGPUHost, HostState
 from capi_gpu.provisioning import image_manifest
 from capi_gpu_sim import devflow
-from capi_gpu_sim.fleet import IMAGES_GUEST_DIR
 from capi_gpu_sim.kubelet import JOIN_RECORD
 from capi_gpu_sim.world import World
 
@@ -103,7 +102,7 @@ def test_cold_scale_up_and_claims_on_an_all_1g_layout(world: World) -> None:
 def bake_the_standby(world: World, host_name: str) -> None:
     """``capi-gpu image bake`` as a user runs it, against the world's apiserver and the prepared standby:
     the archive and its manifest come back, and the host is unpaused and still a standby (the claim after
-    this takes it). The archive goes where the world's rescue systems see it, for the last test."""
+    this takes it). The archive goes where the fleet's image server serves it over https, for the last test."""
     out = world.images_dir / "standby.tar.gz"
     done = devflow.bake_cli(world, host_name, out, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -116,7 +115,9 @@ def bake_the_standby(world: World, host_name: str) -> None:
     raw = world.k.get(HOSTS, host_name, ns(world))
     assert domain.PAUSED_ANNOTATION not in (raw["metadata"].get("annotations") or {}), "the bake left it paused"
     assert host_state(raw) == "Standby"
-    IMAGE.update(url=f"{IMAGES_GUEST_DIR}/{out.name}", sha256=sha.group(1))
+    assert world.fleet is not None
+    # Served over https, as the user's image server would serve it: rescue's curl fetches it.
+    IMAGE.update(url=world.fleet.image_url(out.name), sha256=sha.group(1))
     print(f"\ncapi-gpu image bake of the standby: {out.stat().st_size / 2**20:.0f} MiB, {done.stdout.splitlines()[0]}")
 
 

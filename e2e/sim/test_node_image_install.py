@@ -1,12 +1,14 @@
 """A cold GPU node from a baked image (issue 33), through the product's Install step on simulated GEX131s:
 host A gets plain Ubuntu and the full Configure, so it is what a prepared standby is; ``capi-gpu image bake``'s
 capture (``cli.image.bake_over``, over SSH pinned to A's OS key) archives A's running root less everything
-that is one node's own, with its manifest, into the fleet's image directory (bound read-only into rescue).
-Host B, in rescue, is first given that image tampered (another sha256 than the spec's): the Install step
+that is one node's own, with its manifest, into the fleet's image directory, which the fleet's image server
+serves over https to every host's rescue (``capi_gpu_sim.image_server``). Host B, in rescue, is first given
+that image tampered (another sha256 than the spec's): the Install step
 refuses it with ImageChecksumMismatch, permanently, and installimage never runs. Then B and C install the
 real one: the archive is staged and checked in rescue, installimage writes it, each node boots once into
 what it carried and Configure's package tasks change nothing (the MIG layout is there), with no further
-reboot; B and C have their own machine-id, host key and hostname. Images reach rescue by path only.
+reboot; B and C have their own machine-id, host key and hostname. B's rescue downloads the image with
+curl over https, as from a user's image server; C's names it by path in rescue (the spec's other form).
 Prints the bake's time and size and Configure's time and changed-task count, full install against image."""
 
 from __future__ import annotations
@@ -218,9 +220,7 @@ async def test_a_node_installed_from_a_baked_image_needs_no_package_changes(
     with rescue.shell(client_key) as shell:
         refused = host_actions._install(
             host_object(b, "gex131-b"),
-            env_for(
-                "gex131-b", client_key, keys.generate(), {"url": f"{IMAGES_GUEST_DIR}/{tampered.name}", "sha256": sha}
-            ),
+            env_for("gex131-b", client_key, keys.generate(), {"url": fleet.image_url(tampered.name), "sha256": sha}),
             shell,
         )
         assert (refused.outcome, refused.error_type, refused.permanent) == (
@@ -233,12 +233,14 @@ async def test_a_node_installed_from_a_baked_image_needs_no_package_changes(
         assert shell.installimage_state().state is InstallProgress.NOT_STARTED
     tampered.unlink()
 
-    # B and C from the real image (B's rescue boots again: the spec was fixed).
-    image = {"url": f"{IMAGES_GUEST_DIR}/{archive.name}", "sha256": sha}
+    # B and C from the real image (B's rescue boots again: the spec was fixed). B's rescue downloads it over
+    # https from the fleet's image server, as from a user's; C's names it by path in rescue, the other form.
     started = time.monotonic()
-    b_key = install_from(b, "gex131-b", robot_api, client_key, image)
+    b_key = install_from(b, "gex131-b", robot_api, client_key, {"url": fleet.image_url(archive.name), "sha256": sha})
     install_s = time.monotonic() - started
-    c_key = install_from(c, "gex131-c", robot_api, client_key, image)
+    c_key = install_from(
+        c, "gex131-c", robot_api, client_key, {"url": f"{IMAGES_GUEST_DIR}/{archive.name}", "sha256": sha}
+    )
     boots = {h.name: h.boot_count() for h in (b, c)}
     for h in (b, c):  # it booted what the image carried, before any Configure
         assert h.exec(["cat", f"/{image_manifest.MANIFEST_PATH}"]).stdout.decode() == baked.manifest
