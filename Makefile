@@ -69,11 +69,16 @@ lint: $(PY) ## ruff, ruff format, mypy --strict, import-linter, ansible-lint
 
 .PHONY: test
 # Two workers, one test file each at a time (pytest-xdist --dist loadfile): e2e worlds and fleets
-# take their own slot, ports and temp dirs, so files run side by side; most of an e2e file's time is
-# simulated hardware waits, not CPU. PYTEST_WORKERS=0 runs them one after another.
+# take their own slot, ports and temp dirs, so files run side by side. Files go out heaviest first
+# (conftest.py, hack/test-durations.json; --no-loadscope-reorder keeps that order instead of xdist's
+# most-tests-first). PYTEST_WORKERS=0 runs them one after another.
 PYTEST_WORKERS ?= 2
 test: $(PY) system-deps upstream ## every test tier (unit, integration, e2e)
-	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests e2e
+	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests e2e
+
+.PHONY: test-durations
+test-durations: $(PY) ## rewrite hack/test-durations.json from a JUnit report: make test-durations JUNIT=/tmp/run.xml
+	$(PY) hack/test-durations.py $(JUNIT)
 
 # The five benchmarks, in under 10 minutes on the 2-core dev machine; each prints one JSON line and a
 # table (the README's performance section quotes them). scaleup and gate_latency need root (the fleet)
