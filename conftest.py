@@ -33,9 +33,5 @@ def _weight(path: str, known: dict[str, float]) -> float:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     known: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     root = config.rootpath
-    weights = {}
-    for item in items:
-        path = item.path.relative_to(root).as_posix()
-        weights[item.nodeid] = _weight(path, known)
     # A stable sort: a file's tests keep their order, and files of equal weight their collection order.
-    items.sort(key=lambda item: -weights[item.nodeid])
+    items.sort(key=lambda item: -_weight(item.path.relative_to(root).as_posix(), known))

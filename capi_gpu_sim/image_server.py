@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from capi_gpu_sim import pki
+from capi_gpu_sim.hosts import views
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,6 @@ class ImageServer:
     """``directory`` served on ``serve_on(address)`` for each host; ``close()`` stops every listener."""
 
     def __init__(self, directory: Path, state_dir: Path) -> None:
-        self.directory = directory
         ca = pki.CA(state_dir, name="capi-gpu-sim-image-ca")
         pair = ca.serving("image-server", [NAME], [])
         self.ca_pem = ca.pem
@@ -85,7 +85,7 @@ class ImageServer:
 
     def rescue_files(self, address: str) -> dict[str, bytes]:
         """What a rescue boot of the host whose veth end is ``address`` needs: the name, and the CA."""
-        hosts = f"127.0.0.1 localhost\n127.0.1.1 rescue\n::1 localhost\n{address} {NAME}\n"
+        hosts = f"{views.RESCUE_HOSTS}{address} {NAME}\n"
         return {"/etc/hosts": hosts.encode(), CA_BUNDLE_GUEST: self.ca_pem}
 
     def serve_on(self, address: str) -> None:

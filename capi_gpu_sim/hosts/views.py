@@ -111,6 +111,10 @@ def key_file_name(private_key: str) -> str:
     raise ValueError(f"unsupported host key type {type(key).__name__}")
 
 
+RESCUE_HOSTS = "127.0.0.1 localhost\n127.0.1.1 rescue\n::1 localhost\n"
+"""The rescue system's /etc/hosts; a rescue file for /etc/hosts extends it rather than restating it."""
+
+
 def prepare_rescue(
     upper: Path, work: Path, boot_dir: Path, boot: targets.RescueBoot, files: Mapping[str, bytes] | None = None
 ) -> None:
@@ -120,7 +124,7 @@ def prepare_rescue(
     etc = upper / "etc"
     (etc / "ssh").mkdir(parents=True)
     (etc / "hostname").write_text("rescue\n")
-    (etc / "hosts").write_text("127.0.0.1 localhost\n127.0.1.1 rescue\n::1 localhost\n")
+    (etc / "hosts").write_text(RESCUE_HOSTS)
     key_lines = []
     for private in boot.host_keys:
         name = key_file_name(private)
